@@ -1,0 +1,5 @@
+import sys
+
+from flashrepro.cli import main
+
+sys.exit(main())

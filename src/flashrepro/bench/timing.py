@@ -1,0 +1,143 @@
+"""One timing method for every number this project reports, stated here and tested.
+
+Method (``events``): for each call, zero a 256 MiB buffer (more than 4x the L2 of any current
+NVIDIA GPU, so no input stays in L2), queue a GPU busy-wait (``torch.cuda._sleep``) so the GPU is
+still busy when the host finishes launching, then record a CUDA event, the call, and another
+event. The busy-wait keeps host launch overhead (Python argument checks, Triton's launcher) out
+of the measured interval: without it a ~50 µs kernel can be timed together with the gap in which
+the host was still launching it. Per-call times are the event intervals, in µs.
+
+Kernels are compared in interleaved rounds (:func:`interleaved_rounds`): every round times each
+kernel once in turn (the order rotates between rounds) so that clock or thermal drift affects all
+kernels alike; a round's value for a kernel is the median of its calls in that round.
+
+Method (``graph``): ``calls`` launches captured in one CUDA graph and replayed; per-call time is
+the replay time / calls. No L2 flush (inputs stay hot), no launch gaps; used to measure the
+spread of the events method, not for reported numbers.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+FLUSH_BYTES = 256 * 2**20
+SLEEP_CYCLES = 400_000  # ~200 µs at 2 GHz: longer than the host needs to launch one call
+
+
+@dataclass
+class Summary:
+    """Summary statistics of per-call times, in µs."""
+
+    median_us: float
+    q25_us: float
+    q75_us: float
+    min_us: float
+    n: int
+    samples_us: list[float] = field(repr=False)
+
+    @classmethod
+    def of(cls, samples_us: list[float]) -> Summary:
+        """Summarise ``samples_us`` (at least one sample, µs)."""
+        if not samples_us:
+            raise ValueError("samples_us must not be empty")
+        qs = statistics.quantiles(samples_us, n=4) if len(samples_us) > 1 else [samples_us[0]] * 3
+        return cls(median_us=statistics.median(samples_us), q25_us=qs[0], q75_us=qs[2],
+                   min_us=min(samples_us), n=len(samples_us), samples_us=list(samples_us))
+
+    def as_dict(self, keep_samples: bool = True) -> dict:
+        d = asdict(self)
+        if not keep_samples:
+            d.pop("samples_us")
+        return d
+
+
+def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[float]:
+    """Time ``calls`` calls of ``fn`` on the current CUDA device, L2 flushed before each.
+
+    Args:
+        fn: the work to time; it must only enqueue GPU work on the current stream.
+        calls: number of timed calls (>= 1).
+        warmup: untimed calls first (compilation, autotuning, caches).
+
+    Returns:
+        Per-call GPU times in µs (CUDA events), in call order.
+
+    Raises:
+        RuntimeError: when no CUDA device is available.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("timing needs a CUDA GPU")
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for _ in range(warmup):
+        fn()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    torch.cuda.synchronize()
+    for start, end in zip(starts, ends):
+        flush.zero_()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [1e3 * s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def time_graph(fn: Callable[[], object], calls: int, replays: int) -> list[float]:
+    """Per-call time (µs) of ``calls`` launches captured in one CUDA graph, per replay.
+
+    Returns one value per replay: replay time / calls. Inputs stay in L2 between calls.
+    """
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            fn()
+    out = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        out.append(1e3 * start.elapsed_time(end) / calls)
+    return out
+
+
+def interleaved_rounds(fns: dict[str, Callable[[], object]], rounds: int,
+                       calls_per_round: int) -> dict[str, list[float]]:
+    """Time several kernels in interleaved rounds; return each kernel's per-round medians (µs).
+
+    Round r times the kernels in the order of ``fns`` rotated by r, each with
+    :func:`time_calls` (``calls_per_round`` calls). Every kernel is warmed up once first.
+    """
+    names = list(fns)
+    for fn in fns.values():
+        fn()
+    torch.cuda.synchronize()
+    out: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            samples = time_calls(fns[name], calls_per_round, warmup=1)
+            out[name].append(statistics.median(samples))
+    return out
+
+
+def attention_flops(b: int, h: int, lq: int, lk: int, d: int, causal: bool) -> float:
+    """Forward FLOPs of attention: 2 matmuls x 2·B·H·Lq·Lk·D, halved when causal.
+
+    The halving is the usual convention (FlashAttention-2's benchmarks and the H200 table in
+    ``../shared/ARTICLE.md``: 8.59 GFLOP for the article config), exact only for Lq = Lk → ∞.
+    """
+    flops = 4.0 * b * h * lq * lk * d
+    return flops / 2 if causal else flops

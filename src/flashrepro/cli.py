@@ -1,0 +1,35 @@
+"""Command line: ``python -m flashrepro {reproduce,sass,bench,profile,gate,doctor} ...``.
+
+Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
+``run(args) -> int`` (the process exit code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": ("flashrepro.env", "report the GPU, driver, CUDA, torch and triton seen here"),
+    "reproduce": ("flashrepro.bench.reproduce", "the article run: timings vs torch, SASS table"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="flashrepro", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(module=module)
+        importlib.import_module(module).add_arguments(p)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(importlib.import_module(args.module).run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

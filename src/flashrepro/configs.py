@@ -1,0 +1,80 @@
+"""Kernel launch configurations: the article's, and the per-arch choice for the default launch.
+
+A :class:`KernelConfig` is everything about a launch that is not the problem shape:
+the tile sizes (BLOCK_M query rows and BLOCK_N key rows per program step), the warps
+per program (``num_warps``) and the software-pipelining depth (``num_stages``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+_VALID_BLOCKS = (16, 32, 64, 128, 256)
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """One launch configuration of the forward kernel.
+
+    Attributes:
+        block_m: query rows per program (BLOCK_M), a power of two in 16..256.
+        block_n: key/value rows per inner-loop step (BLOCK_N), a power of two in 16..256.
+        num_warps: warps per program (Triton ``num_warps``), a power of two in 1..16.
+        num_stages: software-pipelining depth of the K/V loads (Triton ``num_stages``), 1..8.
+
+    Raises:
+        ValueError: if a field breaks the rule stated above.
+    """
+
+    block_m: int
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+    def __post_init__(self) -> None:
+        for name in ("block_m", "block_n"):
+            value = getattr(self, name)
+            if value not in _VALID_BLOCKS:
+                raise ValueError(f"{name} must be one of {_VALID_BLOCKS}, got {value}")
+        if self.num_warps not in (1, 2, 4, 8, 16):
+            raise ValueError(f"num_warps must be a power of two in 1..16, got {self.num_warps}")
+        if not 1 <= self.num_stages <= 8:
+            raise ValueError(f"num_stages must be in 1..8, got {self.num_stages}")
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def label(self) -> str:
+        """Short text such as ``64x64 w4 s3`` (BLOCK_M x BLOCK_N, warps, stages)."""
+        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}"
+
+
+ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
+"""The article's launch: BLOCK_M = BLOCK_N = 64 and 4 warps (seed ``000_5de0d8ad12f287ab.txt``).
+
+The article does not state num_stages; 3 is Triton's tutorial default and what
+``../shared/ARTICLE.md`` measured on the H200.
+"""
+
+NAMED: dict[str, KernelConfig] = {"article": ARTICLE}
+
+
+def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None) -> KernelConfig:
+    """The configuration the default launch uses (no tuning at call time).
+
+    Args:
+        head_dim: D of the problem (after padding to a power of two).
+        causal: whether the causal mask applies.
+        seqlen_q: query length Lq, in rows.
+        arch: compute capability as an int (``90`` for sm_90), or ``None`` when unknown
+            (interpreter mode).
+
+    Returns:
+        A :class:`KernelConfig` that fits the arch's shared memory and registers.
+    """
+    del causal, seqlen_q, arch  # the tuned table (reproduce/tuned.json) replaces this rule
+    if head_dim <= 64:
+        return KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
+    if head_dim <= 128:
+        return KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
+    return KernelConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)

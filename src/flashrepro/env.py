@@ -1,0 +1,112 @@
+"""Environment capture (recorded next to every result) and the ``doctor`` check.
+
+Clocks and the driver version come from NVML (``nvidia-ml-py``) when it is installed;
+everything else from torch, triton and git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("GITHUB_SHA")
+    return out.stdout.strip() or None
+
+
+def gpu_key(name: str) -> str:
+    """A file-name-safe GPU model key: 'NVIDIA H200' -> 'nvidia-h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def nvml_clocks(index: int = 0) -> dict[str, Any]:
+    """Current SM and memory clocks (MHz), driver version and temperature (°C) via NVML.
+
+    Returns an empty dict when NVML (``nvidia-ml-py``) or a GPU is not available.
+    """
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        info = {
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+            "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+            "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+        }
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        return {}
+    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in info.items()}
+
+
+def capture() -> dict[str, Any]:
+    """Everything a result depends on besides the code: GPU, SMs, driver, CUDA, versions, date.
+
+    Returns a JSON-ready dict. ``gpu`` is None on a machine without a CUDA GPU.
+    """
+    env: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": _git_commit(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "image_digest": os.environ.get("FLASHREPRO_IMAGE_DIGEST"),
+        "gpu": None,
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env["gpu"] = {
+            "name": props.name,
+            "key": gpu_key(props.name),
+            "capability": f"{props.major}.{props.minor}",
+            "sm_count": props.multi_processor_count,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            **nvml_clocks(0),
+        }
+    return env
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--require-gpu", action="store_true",
+                        default=os.environ.get("FLASHREPRO_REQUIRE_GPU") == "1",
+                        help="exit 1 when no CUDA GPU is visible (default from "
+                             "FLASHREPRO_REQUIRE_GPU=1)")
+
+
+def run(args: argparse.Namespace) -> int:
+    env = capture()
+    for key, value in env.items():
+        if key != "gpu":
+            print(f"{key:>14}: {value}")
+    if env["gpu"] is None:
+        print(f"{'gpu':>14}: none visible to torch (CUDA_VISIBLE_DEVICES="
+              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}; with Docker, run with "
+              "--gpus all and the NVIDIA container toolkit)")
+        return 1 if args.require_gpu else 0
+    for key, value in env["gpu"].items():
+        print(f"{'gpu.' + key:>14}: {value}")
+    return 0

@@ -1,0 +1,168 @@
+"""FlashAttention-2 forward kernel (the production kernel).
+
+Algorithm: T. Dao, "FlashAttention-2: Faster Attention with Better Parallelism and Work
+Partitioning" (2023), Algorithm 1. One program owns BLOCK_M query rows of one (batch, head);
+it streams the key/value rows in steps of BLOCK_N and keeps its output accumulator, the running
+row maximum ``m_i`` and the running row sum ``l_i`` in registers (the "v2 loop order" of seed
+``004_bbfcec059c1c5419.txt``). Softmax runs in base 2 (``exp2``) on fp32 statistics; the
+accumulator stays unnormalised until the epilogue divides once by ``l_i`` (delayed
+normalization).
+
+The key range of a program is split in two stages, each one call of :func:`_attn_stage`:
+
+* stage 1, ``MASKED=False``: key blocks that every query row of the program sees in full
+  (for causal attention, the blocks left of the diagonal band) — no mask at all;
+* stage 2, ``MASKED=True``: the remaining blocks — the diagonal band for causal attention and the
+  ragged tail where Lk is not a multiple of BLOCK_N — with the causal and length masks.
+
+This is the two-stage structure whose SASS the article (seed ``000_5de0d8ad12f287ab.txt``)
+counts: each stage's loop body holds one Q·Kᵀ and one P·V matrix product.
+
+Causal semantics: query row ``i`` sees key ``j`` iff ``j <= i + CAUSAL_OFFSET``. SDPA's
+``is_causal`` (top-left alignment) is offset 0; the bottom-right alignment of FlashAttention-2
+and KV-cache decoding is offset ``Lk - Lq``.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _load_tile(ptrs, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+               CHECK_ROWS: tl.constexpr):
+    # Masks only where needed: rows past the sequence end (ragged tails) and head-dim
+    # columns past HEAD_DIM (head dims padded up to the power of two BLOCK_D). Masked
+    # elements read as 0 so they add nothing to Q·Kᵀ and P·V.
+    if CHECK_ROWS:
+        if HEAD_DIM == BLOCK_D:
+            tile = tl.load(ptrs, mask=rows[:, None] < n_rows, other=0.0)
+        else:
+            tile = tl.load(ptrs, mask=(rows[:, None] < n_rows) & (offs_d[None, :] < HEAD_DIM),
+                           other=0.0)
+    else:
+        if HEAD_DIM == BLOCK_D:
+            tile = tl.load(ptrs)
+        else:
+            tile = tl.load(ptrs, mask=offs_d[None, :] < HEAD_DIM, other=0.0)
+    return tile
+
+
+@triton.jit
+def _attn_stage(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+                offs_m, offs_d, lo, hi, seqlen_k, causal_offset, qk_scale,
+                BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                CAUSAL: tl.constexpr, MASKED: tl.constexpr):
+    offs_n = tl.arange(0, BLOCK_N)
+    # k_ptrs / v_ptrs point at key row 0 of this (batch, head); move them to `lo`.
+    # Pointer arithmetic is 64-bit, so long sequences with large strides stay in range.
+    k_ptrs += lo * stride_kn
+    v_ptrs += lo * stride_vn
+    for start_n in range(lo, hi, BLOCK_N):
+        start_n = tl.multiple_of(start_n, BLOCK_N)
+        offs_kn = start_n + offs_n
+        # -- compute qk = Q·Kᵀ (BLOCK_M x BLOCK_N, fp32) --
+        k = _load_tile(k_ptrs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, MASKED)
+        qk = tl.dot(q, tl.trans(k))
+        # -- update m_i (running max, base-2 units) --
+        if MASKED:
+            visible = offs_kn[None, :] < seqlen_k
+            if CAUSAL:
+                visible = visible & (offs_kn[None, :] <= offs_m[:, None] + causal_offset)
+            # Scale before masking: -inf * qk_scale would be NaN for qk_scale == 0.
+            qk = tl.where(visible, qk * qk_scale, float("-inf"))
+            m_ij = tl.maximum(m_i, tl.max(qk, 1))
+            # A row that has seen no visible key yet still has m_ij = -inf; shift it by 0
+            # instead, so exp2(-inf - (-inf)) never makes a NaN (its p is 0 either way).
+            m_shift = tl.where(m_ij == float("-inf"), 0.0, m_ij)
+            p = tl.math.exp2(qk - m_shift[:, None])
+        else:
+            m_ij = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            m_shift = m_ij
+            # One FMA per score: scale and subtract the row max together.
+            p = tl.math.exp2(qk * qk_scale - m_shift[:, None])
+        # -- rescale the old statistics and accumulator to the new max --
+        alpha = tl.math.exp2(m_i - m_shift)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+        # -- acc += P·V --
+        v = _load_tile(v_ptrs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, MASKED)
+        acc = tl.dot(p.to(v.dtype), v, acc)
+        m_i = m_ij
+        k_ptrs += BLOCK_N * stride_kn
+        v_ptrs += BLOCK_N * stride_vn
+    return acc, l_i, m_i
+
+
+@triton.jit
+def attn_fwd_kernel(
+    Q, K, V, O, LSE,
+    stride_qb, stride_qh, stride_qm, stride_qd,
+    stride_kb, stride_kh, stride_kn, stride_kd,
+    stride_vb, stride_vh, stride_vn, stride_vd,
+    stride_ob, stride_oh, stride_om, stride_od,
+    stride_lb, stride_lh,
+    kv_group, seqlen_q, seqlen_k, causal_offset, qk_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+    CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+):
+    """Grid: (cdiv(Lq, BLOCK_M), H, B). O is (B, H, Lq, HEAD_DIM); LSE is (B, H, Lq) fp32.
+
+    ``qk_scale`` is sm_scale·log2(e), so that exp2(qk·qk_scale) = exp(qk·sm_scale).
+    ``kv_group`` = H / H_kv query heads share one key/value head (GQA; 1 for plain MHA).
+    """
+    # Heaviest query blocks first: under a causal mask the last query block has the most
+    # keys, so starting it early shortens the tail of the launch.
+    start_m = tl.num_programs(0) - 1 - tl.program_id(0)
+    off_h = tl.program_id(1)
+    off_b = tl.program_id(2)
+    off_hkv = off_h // kv_group
+    # int64 base offsets: B·H·L·D can exceed 2^31 elements.
+    q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
+    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
+    o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    q_ptrs = q_base + offs_m.to(tl.int64)[:, None] * stride_qm + offs_d[None, :] * stride_qd
+    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
+    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+
+    m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
+    acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
+    q = _load_tile(q_ptrs, offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+
+    # -- split the key range [0, Lk) into the unmasked and the masked stage --
+    # Keys [0, full_end) are whole BLOCK_N blocks inside Lk; under the causal mask, only
+    # those that the first row of this block already sees (j <= start + offset).
+    full_end = (seqlen_k // BLOCK_N) * BLOCK_N
+    hi = seqlen_k
+    if CAUSAL:
+        first_row_limit = start_m * BLOCK_M + causal_offset + 1  # keys visible to row 0
+        full_end = tl.minimum(full_end, tl.maximum(first_row_limit, 0) // BLOCK_N * BLOCK_N)
+        hi = tl.minimum(hi, tl.maximum(first_row_limit + BLOCK_M - 1, 0))
+    acc, l_i, m_i = _attn_stage(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+                                offs_m, offs_d, 0, full_end, seqlen_k, causal_offset, qk_scale,
+                                BLOCK_N, HEAD_DIM, BLOCK_D, CAUSAL, False)
+    acc, l_i, m_i = _attn_stage(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+                                offs_m, offs_d, full_end, hi, seqlen_k, causal_offset, qk_scale,
+                                BLOCK_N, HEAD_DIM, BLOCK_D, CAUSAL, True)
+
+    # -- epilogue: normalise once; rows that saw no key (possible only with a bottom-right
+    # causal offset and Lq > Lk) get output 0 and LSE -inf, as FlashAttention-2 defines --
+    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+    o = acc / l_safe[:, None]
+    o_ptrs = o_base + offs_m.to(tl.int64)[:, None] * stride_om + offs_d[None, :] * stride_od
+    if HEAD_DIM == BLOCK_D:
+        tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=offs_m[:, None] < seqlen_q)
+    else:
+        tl.store(o_ptrs, o.to(O.dtype.element_ty),
+                 mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
+    if STORE_LSE:
+        # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
+        lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453
+        lse_ptrs = LSE + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh + offs_m
+        tl.store(lse_ptrs, lse, mask=offs_m < seqlen_q)

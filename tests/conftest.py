@@ -1,0 +1,36 @@
+"""Test set-up: pick interpreter or GPU mode before any Triton kernel is defined.
+
+Without a CUDA GPU the kernels run under Triton's CPU interpreter (``TRITON_INTERPRET=1``),
+which must be set before :mod:`flashrepro` is imported. ``FLASHREPRO_REQUIRE_GPU=1`` turns a
+missing GPU into a failure instead of a skip (used on the GPU runners).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+HAS_GPU = torch.cuda.is_available()
+if not HAS_GPU:
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+REQUIRE_GPU = os.environ.get("FLASHREPRO_REQUIRE_GPU", "0") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if HAS_GPU:
+        return
+    if REQUIRE_GPU:
+        raise pytest.UsageError("FLASHREPRO_REQUIRE_GPU=1 but torch sees no CUDA GPU")
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def device() -> torch.device:
+    """The device kernels run on: the GPU, or the CPU under the interpreter."""
+    return torch.device("cuda" if HAS_GPU else "cpu")
