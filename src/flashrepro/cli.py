@@ -13,6 +13,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("flashrepro.env", "report the GPU, driver, CUDA, torch and triton seen here"),
     "reproduce": ("flashrepro.bench.reproduce", "the article run: timings vs torch, SASS table"),
+    "gate": ("flashrepro.gate.command", "judge a results JSON against its per-GPU baseline"),
 }
 
 
