@@ -83,12 +83,15 @@ def worker(spec_path: Path) -> None:
     for run in spec["runs"]:
         t0 = time.perf_counter()
         results = _measure(spec["cycles"][str(run["slowdown"])], spec["rounds"], spec["calls"])
-        v = check(results, Path(spec["baseline_dir"]), threshold=spec["threshold"])
+        verdicts = [check(results, Path(spec["baseline_dir"]), threshold=t)
+                    for t in spec["thresholds"]]
+        v = verdicts[0]
         primary = v.comparisons[0] if v.comparisons else None
         recs = {r["name"]: r for r in results["records"]}
         print(json.dumps({
             **run, "worker": spec["worker"], "status": v.status, "exit_code": int(v.exit_code),
-            "flagged": bool(primary and primary.slower),
+            "flagged": {f"{t:g}": x.exit_code == 1
+                        for t, x in zip(spec["thresholds"], verdicts, strict=True)},
             "comparison": primary.as_dict() if primary else None,
             "flashrepro_median_us": recs[RECORD]["median_us"],
             "torch_flash_median_us": recs["torch-flash"]["median_us"],
@@ -98,18 +101,22 @@ def worker(spec_path: Path) -> None:
 
 
 def _schedule(runs: int, workers: int) -> list[list[dict[str, Any]]]:
-    order = [{"slowdown": SCENARIOS[(i + j) % len(SCENARIOS)], "index": i}
-             for i in range(runs) for j in range(len(SCENARIOS))]
-    per = -(-len(order) // workers)
-    return [order[w * per:(w + 1) * per] for w in range(workers)]
+    """Run indices split into ``workers`` contiguous blocks; each index runs every scenario
+    (order rotated by the index), so scenarios alternate in time and every process has all."""
+    bounds = [round(w * runs / workers) for w in range(workers + 1)]
+    return [[{"slowdown": SCENARIOS[(i + j) % len(SCENARIOS)], "index": i}
+             for i in range(bounds[w], bounds[w + 1]) for j in range(len(SCENARIOS))]
+            for w in range(workers)]
 
 
 def _summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per scenario: runs, runs flagged at each threshold, and the spread of the change."""
     rows = []
     for s in SCENARIOS:
         sel = [r for r in runs if r["slowdown"] == s]
         changes = [r["comparison"]["change"] for r in sel if r["comparison"]]
-        rows.append({"slowdown": s, "runs": len(sel), "flagged": sum(r["flagged"] for r in sel),
+        flagged = {t: sum(r["flagged"][t] for r in sel) for t in sel[0]["flagged"]}
+        rows.append({"slowdown": s, "runs": len(sel), "flagged": flagged,
                      "median_change": statistics.median(changes) if changes else None,
                      "sd_change": statistics.stdev(changes) if len(changes) > 1 else None,
                      "max_ci_low": max((r["comparison"]["ci_low"] for r in sel
@@ -125,18 +132,20 @@ def _markdown(result: dict[str, Any]) -> str:
                      f"{per['ratio']['cv']:.2%}"] for m, per in sp.items()]
     inj = [[f"{float(f):.0%}", d["cycles"], f"{d['base_us']:.2f}",
             f"{d['measured_fraction']:+.2%}"] for f, d in result["injection"].items()]
-    gate_rows = [[f"{r['slowdown']:.0%}", f"{r['flagged']}/{r['runs']}",
+    thresholds = list(result["summary"][0]["flagged"])
+    gate_rows = [[f"{r['slowdown']:.0%}",
+                  *(f"{r['flagged'][t]}/{r['runs']}" for t in thresholds),
                   f"{r['median_change']:+.2%}" if r["median_change"] is not None else "-",
                   f"{r['sd_change']:.2%}" if r["sd_change"] is not None else "-",
                   f"{r['max_ci_low']:+.2%}" if r["max_ci_low"] is not None else "-"]
                  for r in result["summary"]]
     b = result["baseline_noise"]
     a = result["args"]
+    aa_sd = result["summary"][0]["sd_change"]
     return "\n".join([
         f"### Gate experiment on {result['gpu']} ({result['date']})", "",
-        f"Article config; {a['rounds']} rounds x {a['calls']} calls per run, threshold "
-        f"{result['threshold']:.1%}; {a['runs']} runs per scenario in {a['workers']} "
-        f"processes; {result['seconds']:.0f} s in all.", "",
+        f"Article config; {a['rounds']} rounds x {a['calls']} calls per run; {a['runs']} runs "
+        f"per scenario in {a['workers']} processes; {result['seconds']:.0f} s in all.", "",
         f"Timing spread over {a['repeats']} repeats (CV of the median):", "",
         tabulate(spread_rows, headers=["method", "kernel", "median (µs)", "CV of median"],
                  tablefmt="github", disable_numparse=True), "",
@@ -146,10 +155,14 @@ def _markdown(result: dict[str, Any]) -> str:
         "Injected slowdown (busy-wait after each flashrepro call, hook at 0 as reference):", "",
         tabulate(inj, headers=["requested", "cycles", "base (µs)", "measured"],
                  tablefmt="github", disable_numparse=True), "",
-        "Gate runs against the baseline:", "",
-        tabulate(gate_rows, headers=["injected", "flagged", "median change", "sd of change",
-                                     "largest CI low"], tablefmt="github",
-                 disable_numparse=True), ""])
+        "Gate runs against the baseline (change = of the median per-round ratio):", "",
+        tabulate(gate_rows, headers=["injected", *(f"flagged at {float(t):.1%}"
+                                                   for t in thresholds),
+                                     "median change", "sd of change", "largest CI low"],
+                 tablefmt="github", disable_numparse=True), "",
+        (f"A/A sd of change x 3 = {3 * aa_sd:.2%}: the smallest threshold expected to stay "
+         "quiet here (rule from the simulation, reproduce/NOTES.md, Gate)."
+         if aa_sd is not None else ""), ""])
 
 
 def main() -> None:
@@ -159,12 +172,18 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=10, help="calls per kernel and round")
     p.add_argument("--repeats", type=int, default=15, help="repeats of the spread measurement")
     p.add_argument("--workers", type=int, default=4, help="processes for the gate runs")
-    p.add_argument("--threshold", type=float, default=None, help="default: the gate's")
+    p.add_argument("--thresholds", type=float, nargs="+", default=None,
+                   help="thresholds to judge every run at; the first is stored in the "
+                        "baseline (default: the gate's default, then 0.015)")
     p.add_argument("--worker", type=Path, default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
     if a.worker is not None:
         worker(a.worker)
         return
+    if os.environ.get("FLASHREPRO_INJECT_SLOWDOWN"):
+        p.error("unset FLASHREPRO_INJECT_SLOWDOWN: the experiment injects its own slowdowns")
+    if a.runs < 2 or a.repeats < 2 or a.rounds < 5 or not 1 <= a.workers <= a.runs:
+        p.error("need --runs >= 2, --repeats >= 2, --rounds >= 5 and 1 <= --workers <= --runs")
     out = Path(os.environ.get("OUT") or "gate_experiment_out")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -173,7 +192,7 @@ def main() -> None:
     from flashrepro.gate import Settings, update_baseline
     from flashrepro.gate.inject import calibrate
     from flashrepro.gate.measure import kernels
-    threshold = a.threshold if a.threshold is not None else Settings().threshold
+    thresholds = a.thresholds or [Settings().threshold, 0.015]
 
     def log(msg: str) -> None:
         print(f"[{time.perf_counter() - t0:6.1f} s] {msg}", flush=True)
@@ -187,7 +206,7 @@ def main() -> None:
     log("3/4 baseline run")
     base = _measure(0, a.rounds, a.calls)
     baseline_dir = out / "baselines"
-    update_baseline(base, baseline_dir, threshold=threshold)
+    update_baseline(base, baseline_dir, threshold=thresholds[0])
     recs = {r["name"]: r["round_medians_us"] for r in base["records"]}
     ratio = [x / y for x, y in zip(recs[RECORD], recs["torch-flash"], strict=True)]
     log(f"4/4 {a.runs} x {len(SCENARIOS)} gate runs in {a.workers} processes")
@@ -197,7 +216,7 @@ def main() -> None:
             spec = Path(tmp) / f"spec{w}.json"
             spec.write_text(json.dumps({"worker": w, "runs": share, "cycles": cycles,
                                         "rounds": a.rounds, "calls": a.calls,
-                                        "threshold": threshold,
+                                        "thresholds": thresholds,
                                         "baseline_dir": str(baseline_dir)}))
             proc = subprocess.run([sys.executable, __file__, "--worker", str(spec)],
                                   capture_output=True, text=True, check=False)
@@ -205,13 +224,13 @@ def main() -> None:
                 sys.exit(f"worker {w} failed:\n{proc.stderr[-4000:]}")
             runs += [json.loads(line) for line in proc.stdout.splitlines()
                      if line.startswith("{")]
-            flagged = {s: sum(r["flagged"] for r in runs if r["slowdown"] == s)
-                       for s in SCENARIOS}
+            flagged = {s: sum(r["flagged"][f"{thresholds[0]:g}"] for r in runs
+                              if r["slowdown"] == s) for s in SCENARIOS}
             log(f"    worker {w} done: {len(runs)} runs, flagged so far {flagged}")
     env = capture()
     result = {
         "date": env["date"], "gpu": (env["gpu"] or {}).get("name"), "env": env,
-        "args": {k: v for k, v in vars(a).items() if k != "worker"}, "threshold": threshold,
+        "args": {k: v for k, v in vars(a).items() if k != "worker"}, "thresholds": thresholds,
         "spread": sp,
         "injection": {str(f): i.as_dict() for f, i in inj.items()},
         "baseline_noise": {"flashrepro_cv": _cv(recs[RECORD]),

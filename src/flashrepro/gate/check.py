@@ -66,6 +66,7 @@ class Settings:
                 "is only a warning")
 
     def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form, with the rule's text (stored in baselines)."""
         return {**asdict(self), "rule": self.rule()}
 
 
@@ -237,6 +238,10 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
                       gpu_key=bl.fingerprint(results["env"])["gpu_key"],
                       problem_key=bl.problem_key(results["problem"]), settings=st,
                       results_path=results_path)
+    injected = {n: i.get("fraction") for n, i in results.get("injection", {}).items()}
+    if injected:
+        verdict.warnings.append(f"this run has an injected slowdown (test hook "
+                                f"FLASHREPRO_INJECT_SLOWDOWN): {injected}")
     if base is None:
         return verdict
     verdict.baseline_commit = base["env"].get("git_commit")
@@ -276,8 +281,13 @@ def update_baseline(results: dict[str, Any], baseline_dir: Path, *,
         A :class:`Verdict` with status ``baseline-updated`` and exit code 0.
 
     Raises:
-        As :func:`check`.
+        As :func:`check`; also :class:`~flashrepro.gate.baseline.ResultsError` for a run with
+        an injected slowdown above 0 (``FLASHREPRO_INJECT_SLOWDOWN``), never a baseline.
     """
+    slowed = [n for n, i in results.get("injection", {}).items() if i.get("fraction", 0) > 0]
+    if slowed:
+        raise bl.ResultsError(f"records {slowed} were slowed by the test hook "
+                              "FLASHREPRO_INJECT_SLOWDOWN; such a run cannot be a baseline")
     previous_verdict = check(results, baseline_dir, threshold=threshold,
                              abs_threshold=abs_threshold, confidence=confidence,
                              allow_env_mismatch=True, results_path=results_path,

@@ -52,18 +52,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the verdict as markdown to this file")
 
 
-def _publish(verdict: Verdict, results: dict, args: argparse.Namespace) -> None:
+def publish(verdict: Verdict, summary: Path | None = None) -> None:
+    """Print the verdict's markdown, write it to ``summary`` (when given) and append it to
+    ``$GITHUB_STEP_SUMMARY`` (when set). Storing ``verdict.as_dict()`` under ``"gate"`` in the
+    results JSON is the caller's part (it owns that file)."""
     text = verdict.markdown
     print(text)
-    if args.summary is not None:
-        args.summary.parent.mkdir(parents=True, exist_ok=True)
-        args.summary.write_text(text)
+    if summary is not None:
+        summary.parent.mkdir(parents=True, exist_ok=True)
+        summary.write_text(text)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary:
         with open(step_summary, "a", encoding="utf-8") as f:
             f.write(text + "\n")
-    results["gate"] = verdict.as_dict()
-    args.results.write_text(json.dumps(results, indent=1) + "\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,5 +84,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # ResultsError included
         print(f"gate: --results {args.results}: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    _publish(verdict, results, args)
+    publish(verdict, args.summary)
+    results["gate"] = verdict.as_dict()
+    args.results.write_text(json.dumps(results, indent=1) + "\n")
     return int(verdict.exit_code)

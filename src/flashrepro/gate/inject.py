@@ -52,6 +52,7 @@ class Injection:
     measured_fraction: float
 
     def as_dict(self) -> dict:
+        """JSON-ready form (stored under ``"injection"`` in the results)."""
         return asdict(self)
 
 

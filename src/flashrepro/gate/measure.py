@@ -19,7 +19,8 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import flashrepro
 from flashrepro.bench.timing import attention_flops, interleaved_rounds
 from flashrepro.env import capture, nvml_clocks
-from flashrepro.gate.baseline import REFERENCE_RECORD
+from flashrepro.gate.baseline import FLASHREPRO_RECORDS, REFERENCE_RECORD
+from flashrepro.gate.inject import apply_from_env
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 METHOD = {"timer": "cuda-events", "l2": "flushed before each call (256 MiB zeroed)",
@@ -76,12 +77,16 @@ def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, ro
         calls_per_round: timed calls per kernel and round; a round's value is their median.
         env: environment block; default :func:`flashrepro.env.capture` now.
 
+    With ``FLASHREPRO_INJECT_SLOWDOWN`` set, the flashrepro records are slowed by the test
+    hook (:func:`flashrepro.gate.inject.apply_from_env`) and the results carry ``"injection"``.
+
     Returns:
         ``{"schema", "kind", "env", "clocks_before", "clocks_after", "problem", "method",
-        "records"}``; each record holds ``round_medians_us`` (µs), ``median_us``, ``q25_us``,
-        ``q75_us`` (quartiles of the round medians), ``tflops`` and ``ratio_vs_torch_flash``
-        (median of per-round ratios, when torch-flash was timed).
+        "records"}`` (+ ``"injection"``); each record holds ``round_medians_us`` (µs),
+        ``median_us``, ``q25_us``, ``q75_us`` (quartiles of the round medians), ``tflops`` and
+        ``ratio_vs_torch_flash`` (median of per-round ratios, when torch-flash was timed).
     """
+    fns, injections = apply_from_env(fns, FLASHREPRO_RECORDS)
     clocks_before = nvml_clocks()
     rounds_us = interleaved_rounds(fns, rounds, calls_per_round)
     clocks_after = nvml_clocks()
@@ -107,4 +112,6 @@ def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, ro
             "clocks_before": clocks_before, "clocks_after": clocks_after,
             "problem": dict(problem),
             "method": {**METHOD, "rounds": rounds, "calls_per_round": calls_per_round},
-            "records": records}
+            "records": records,
+            **({"injection": {n: i.as_dict() for n, i in injections.items()}}
+               if injections else {})}

@@ -79,6 +79,7 @@ class Comparison:
         return not self.slower and self.ci_high > self.threshold
 
     def as_dict(self) -> dict:
+        """JSON-ready form, with :attr:`inconclusive`."""
         return {**asdict(self), "inconclusive": self.inconclusive}
 
 
