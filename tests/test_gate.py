@@ -437,13 +437,15 @@ def test_experiment_worker_summary_and_markdown(tmp_path: Path, monkeypatch: pyt
     rng = np.random.default_rng(11)
     cycles = {"0.0": 0, "0.03": 3000, "0.05": 5000}
 
-    def fake_measure(c: int, rounds: int, calls: int) -> dict:
+    def fake_measure(slowdown: float, c: int, rounds: int, calls: int) -> dict:
+        assert c == cycles[str(slowdown)]
         r = synthetic_results(rng, rounds=rounds, slowdown=c / 1e5,
                               noise=Noise(round_cv=0.005))
-        return {**r, "clocks_after": {"sm_clock_mhz": 1980}}
+        return {**r, "clocks_after": {"sm_clock_mhz": 1980},
+                "injection": {"flashrepro": {"fraction": slowdown, "cycles": c}}}
 
     monkeypatch.setattr(exp, "_measure", fake_measure)
-    update_baseline(fake_measure(0, 100, 10), tmp_path)
+    update_baseline(fake_measure(0.0, 0, 100, 10), tmp_path)
     runs = [{"slowdown": s, "index": i} for i in range(3) for s in exp.SCENARIOS]
     spec = tmp_path / "spec.json"
     spec.write_text(json.dumps({"worker": 0, "runs": runs, "cycles": cycles, "rounds": 100,
@@ -501,3 +503,88 @@ def test_too_noisy_to_clear_is_inconclusive_not_a_regression(tmp_path: Path) -> 
     assert any("only 10 rounds" in w for w in v.warnings)
     quiet = check(_run(3, rounds=10, round_cv=0.05, slowdown=-0.2), tmp_path).comparisons[0]
     assert not quiet.inconclusive and quiet.ci_high < DEFAULT_THRESHOLD
+
+
+def test_calibration_arithmetic_with_a_simulated_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """calibrate() on a fake GPU: 48 µs calls, busy-wait 1/1980 µs per cycle, 0.3 % noise."""
+    import torch
+
+    from flashrepro.gate import inject
+
+    rng = np.random.default_rng(3)
+    slept: list[int] = []
+    monkeypatch.setattr(torch.cuda, "_sleep", slept.append)
+
+    def fake_rounds(fns: dict, rounds: int, calls_per_round: int) -> dict[str, list[float]]:
+        out = {}
+        for name, fn in fns.items():
+            slept.clear()
+            fn()
+            out[name] = list((48.0 + sum(slept) / 1980.0) * (1 + 0.003 * rng.standard_normal(
+                rounds)))
+        return out
+
+    monkeypatch.setattr(inject, "interleaved_rounds", fake_rounds)
+    result = inject.calibrate(lambda: None, (0.03, 0.05))
+    for f in (0.03, 0.05):
+        assert result[f].cycles == pytest.approx(f * 48.0 * 1980, rel=0.05)
+        assert result[f].measured_fraction == pytest.approx(f, abs=0.003)
+        assert result[f].us_per_cycle == pytest.approx(1 / 1980, rel=0.05)
+    with pytest.raises(ValueError, match="fractions must be in"):
+        inject.calibrate(lambda: None, (1.2,))
+
+
+def test_apply_from_env_wraps_only_flashrepro_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from flashrepro.gate import inject
+    from flashrepro.gate.baseline import FLASHREPRO_RECORDS
+
+    slept: list[int] = []
+    monkeypatch.setattr(torch.cuda, "_sleep", slept.append)
+    monkeypatch.setattr(inject, "calibrate", lambda fn, fractions: {
+        f: inject.Injection(f, 4321, 48.0, 1 / 1980, f) for f in fractions})
+    fns = {"flashrepro": lambda: "fr", "torch-flash": lambda: "tf"}
+    same, none = inject.apply_from_env(fns, FLASHREPRO_RECORDS, environ={})
+    assert same is fns and none == {}
+    out, injections = inject.apply_from_env(fns, FLASHREPRO_RECORDS,
+                                            environ={ENV_VAR: "0.05"})
+    assert set(injections) == {"flashrepro"} and injections["flashrepro"].cycles == 4321
+    assert out["torch-flash"] is fns["torch-flash"]
+    assert out["flashrepro"]() == "fr" and slept == [4321]
+
+
+def test_measure_writes_results_the_gate_reads(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The experiment's measurement (timing faked) produces results check() accepts."""
+    from flashrepro.gate import measure as m
+
+    rng = np.random.default_rng(4)
+
+    def fake_rounds(fns: dict, rounds: int, calls_per_round: int) -> dict[str, list[float]]:
+        means = {"flashrepro": 47.0, "torch-flash": 61.0}
+        return {n: list(means[n] * (1 + 0.005 * rng.standard_normal(rounds))) for n in fns}
+
+    monkeypatch.setattr(m, "interleaved_rounds", fake_rounds)
+    monkeypatch.delenv(ENV_VAR, raising=False)
+    problem = _run(1)["problem"]
+    fns = {"flashrepro": lambda: None, "torch-flash": lambda: None}
+    results = m.measure(fns, problem, rounds=40, calls_per_round=10, env=synthetic_env())
+    recs = {r["name"]: r for r in results["records"]}
+    assert recs["flashrepro"]["ratio_vs_torch_flash"] == pytest.approx(47 / 61, rel=0.01)
+    assert recs["flashrepro"]["tflops"] == pytest.approx(8.59e9 / 47.0 / 1e6, rel=0.02)
+    assert results["method"]["rounds"] == 40 and "injection" not in results
+    update_baseline(results, tmp_path)
+    again = m.measure(fns, problem, rounds=40, calls_per_round=10, env=synthetic_env())
+    assert check(again, tmp_path).exit_code == ExitCode.PASS
+
+
+def test_runs_with_and_without_the_test_hook_are_not_compared(tmp_path: Path) -> None:
+    """The hook's empty busy-wait costs ~1-3 µs: mixing would hide a slowdown that large."""
+    hooked = _run(1)
+    hooked["injection"] = {"flashrepro": {"fraction": 0.0, "cycles": 0}}
+    update_baseline(hooked, tmp_path)
+    v = check(_run(2), tmp_path)
+    assert v.exit_code == ExitCode.ENV_MISMATCH
+    assert [(d.field, d.baseline, d.current) for d in v.env_differences] == [
+        ("method.injection_hook", True, False)]

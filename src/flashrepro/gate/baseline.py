@@ -24,6 +24,8 @@ REFERENCE_RECORD = "torch-flash"
 SOFTWARE_FIELDS = ("driver", "cuda", "torch", "triton", "image_digest")
 HARDWARE_FIELDS = ("gpu_key", "sm_count")
 METHOD_FIELDS = ("timer", "l2", "calls_per_round")
+HOOK_FIELD = "injection_hook"
+"""Stored in a baseline's method: whether its run had the slowdown test hook (even at 0)."""
 PROBLEM_FIELDS = ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal")
 
 
@@ -82,6 +84,8 @@ def differences(baseline: dict[str, Any], results: dict[str, Any]) -> list[EnvDi
     Software and hardware fields are compared exactly (a value known on one side and unknown on
     the other counts as a difference), except ``image_digest``, compared only when both sides
     have one. Method fields are compared when both sides state them; ``rounds`` may differ.
+    A run with the slowdown test hook (even at 0: its busy-wait has a fixed cost) and one
+    without it differ too.
     """
     out: list[EnvDifference] = []
     base_env, cur_env = baseline["env"], fingerprint(results["env"])
@@ -99,7 +103,15 @@ def differences(baseline: dict[str, Any], results: dict[str, Any]) -> list[EnvDi
         b, c = baseline.get("method", {}).get(f), results.get("method", {}).get(f)
         if b is not None and c is not None and b != c:
             out.append(EnvDifference(f"method.{f}", b, c))
+    b, c = baseline.get("method", {}).get(HOOK_FIELD, False), has_hook(results)
+    if b != c:
+        out.append(EnvDifference(f"method.{HOOK_FIELD}", b, c))
     return out
+
+
+def has_hook(results: dict[str, Any]) -> bool:
+    """Whether a run had the slowdown test hook (``"injection"`` in the results), even at 0."""
+    return bool(results.get("injection"))
 
 
 def _round_medians(results: dict[str, Any], name: str) -> np.ndarray:
@@ -195,7 +207,7 @@ def build(results: dict[str, Any], previous: dict[str, Any] | None, settings: di
         "env": {**fingerprint(results["env"]), "date": results["env"].get("date"),
                 "git_commit": results["env"].get("git_commit"),
                 "python": results["env"].get("python")},
-        "method": results.get("method", {}),
+        "method": {**results.get("method", {}), HOOK_FIELD: has_hook(results)},
         "gate": settings,
         "records": {n: {"round_medians_us": s["us"], **({"round_ratios": s["ratio"]}
                                                         if "ratio" in s else {})}
