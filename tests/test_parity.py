@@ -50,7 +50,8 @@ def check_parity(q, k, v, *, causal: bool, config: KernelConfig | str | None,
 
 # -- interpreter (CPU) matrix: small, every block shape class, ragged lengths --
 CPU_LENGTHS = [(1, 1), (17, 17), (1, 33), (33, 1), (47, 70), (70, 47), (64, 64)]
-CPU_CONFIGS = [KernelConfig(16, 16, 4, 1), KernelConfig(32, 16, 4, 1), KernelConfig(16, 32, 4, 1)]
+CPU_CONFIGS = [KernelConfig(16, 16, 4, 1), KernelConfig(32, 16, 4, 1), KernelConfig(16, 32, 4, 1),
+               KernelConfig(32, 16, 4, 1, tma=True)]
 
 
 @pytest.mark.skipif(HAS_GPU, reason="interpreter matrix; the GPU matrix covers this")

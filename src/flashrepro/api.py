@@ -13,6 +13,7 @@ from typing import Literal
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from flashrepro.configs import ARTICLE, NAMED, KernelConfig, default_config
 from flashrepro.kernels.article import article_fwd_kernel
@@ -107,6 +108,22 @@ def _resolve_config(config: KernelConfig | str | None, head_dim: int, causal: bo
     raise ValueError(f"config must be a KernelConfig or one of {sorted(NAMED)}, got {config!r}")
 
 
+def _tma_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lk: int) -> bool:
+    """Whether Hopper's TMA can address all four tensors: sm_90+ (or the interpreter), a
+    contiguous last dim, 16-byte aligned base and strides, no zero strides, Lk >= 1."""
+    if lk < 1:
+        return False
+    if q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] < 9:
+        return False
+    for t in (q, k, v, o):
+        if t.stride(-1) != 1 or t.data_ptr() % 16:
+            return False
+        if any(s == 0 or (s * t.element_size()) % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
 def _check_out(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
     if out is None:
         return torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -167,14 +184,26 @@ def attention(
     cfg = _resolve_config(config, d, causal, lq, q.device)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     causal_offset = lk - lq if causal_alignment == "bottom_right" else 0
+    if k.stride() != v.stride():  # the kernel reads K and V with one set of tile offsets
+        k, v = k.contiguous(), v.contiguous()
+    block_d = max(16, triton.next_power_of_2(d))
+    use_tma = cfg.tma and _tma_ok(q, k, v, o, lk)
+    if use_tma:
+        q_arg, o_arg = (TensorDescriptor.from_tensor(t, [1, 1, cfg.block_m, block_d])
+                        for t in (q, o))
+        k_arg, v_arg = (TensorDescriptor.from_tensor(t, [1, 1, cfg.block_n, block_d])
+                        for t in (k, v))
+    else:
+        q_arg, k_arg, v_arg, o_arg = q, k, v, o
     grid = (triton.cdiv(lq, cfg.block_m), h, b)
     try:
         attn_fwd_kernel[grid](
-            q, k, v, o, lse,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(), lse.stride(0), lse.stride(1),
+            q_arg, k_arg, v_arg, o_arg, lse,
+            *q.stride(), *k.stride(), *o.stride(), lse.stride(0), lse.stride(1),
             h // k.shape[1], lq, lk, causal_offset, sm_scale * LOG2_E,
-            HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)),
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, STORE_LSE=return_lse,
+            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            CAUSAL=causal, STORE_LSE=return_lse, USE_TMA=use_tma,
+            WARP_SPECIALIZE=cfg.warp_specialize,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     except triton.runtime.errors.OutOfResources as exc:

@@ -25,6 +25,11 @@ class KernelConfig:
         block_n: key/value rows per inner-loop step (BLOCK_N), a power of two in 16..256.
         num_warps: warps per program (Triton ``num_warps``), a power of two in 1..16.
         num_stages: software-pipelining depth of the K/V loads (Triton ``num_stages``), 1..8.
+        tma: load Q, K, V and store O through Hopper's tensor memory accelerator (4-D tensor
+            descriptors; sm_90+, and inputs whose strides are 16-byte multiples). Where TMA
+            cannot be used the launch falls back to pointer loads.
+        warp_specialize: let Triton split the unmasked K/V loop into producer (loads) and
+            consumer (math) warps (``tl.range(..., warp_specialize=True)``).
 
     Raises:
         ValueError: if a field breaks the rule stated above.
@@ -34,6 +39,8 @@ class KernelConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    tma: bool = False
+    warp_specialize: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -45,12 +52,13 @@ class KernelConfig:
         if not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be in 1..8, got {self.num_stages}")
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
 
     def label(self) -> str:
-        """Short text such as ``64x64 w4 s3`` (BLOCK_M x BLOCK_N, warps, stages)."""
-        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}"
+        """Short text such as ``64x64 w4 s3 tma`` (BLOCK_M x BLOCK_N, warps, stages, flags)."""
+        flags = " tma" * self.tma + " ws" * self.warp_specialize
+        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}{flags}"
 
 
 ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
