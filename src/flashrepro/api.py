@@ -21,7 +21,7 @@ from flashrepro.kernels.fwd import attn_fwd_kernel
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
-MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z (heads and batch here)
+MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y (B·H, or the query blocks when causal)
 LOG2_E = 1.4426950408889634
 
 CausalAlignment = Literal["top_left", "bottom_right"]
@@ -83,8 +83,11 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     elif hk != h:
         raise ValueError(f"k and v must have q's head count H={h}, got {hk} (pass "
                          "enable_gqa=True for grouped-query attention)")
-    if h > MAX_GRID_YZ or b > MAX_GRID_YZ:
-        raise ValueError(f"batch B={b} and heads H={h} must each be at most {MAX_GRID_YZ}")
+    if b * h > MAX_GRID_YZ:
+        raise ValueError(f"batch x heads B·H={b * h} must be at most {MAX_GRID_YZ} "
+                         "(CUDA's grid limit on the axis that carries them)")
+    if q.shape[2] > MAX_GRID_YZ * 16:
+        raise ValueError(f"query length Lq={q.shape[2]} must be at most {MAX_GRID_YZ * 16}")
     if scale is not None and not (math.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be a finite number >= 0, got {scale}")
     if causal_alignment not in ("top_left", "bottom_right"):
@@ -195,15 +198,15 @@ def attention(
                         for t in (k, v))
     else:
         q_arg, k_arg, v_arg, o_arg = q, k, v, o
-    grid = (triton.cdiv(lq, cfg.block_m), h, b)
+    m_blocks = triton.cdiv(lq, cfg.block_m)
+    grid = (b * h, m_blocks) if causal else (m_blocks, b * h)
     try:
         attn_fwd_kernel[grid](
             q_arg, k_arg, v_arg, o_arg, lse,
             *q.stride(), *k.stride(), *o.stride(), lse.stride(0), lse.stride(1),
-            h // k.shape[1], lq, lk, causal_offset, sm_scale * LOG2_E,
+            h, h // k.shape[1], lq, lk, causal_offset, sm_scale * LOG2_E,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             CAUSAL=causal, STORE_LSE=return_lse, USE_TMA=use_tma,
-            WARP_SPECIALIZE=cfg.warp_specialize,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     except triton.runtime.errors.OutOfResources as exc:

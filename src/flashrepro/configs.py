@@ -28,8 +28,6 @@ class KernelConfig:
         tma: load Q, K, V and store O through Hopper's tensor memory accelerator (4-D tensor
             descriptors; sm_90+, and inputs whose strides are 16-byte multiples). Where TMA
             cannot be used the launch falls back to pointer loads.
-        warp_specialize: let Triton split the unmasked K/V loop into producer (loads) and
-            consumer (math) warps (``tl.range(..., warp_specialize=True)``).
 
     Raises:
         ValueError: if a field breaks the rule stated above.
@@ -40,7 +38,6 @@ class KernelConfig:
     num_warps: int
     num_stages: int
     tma: bool = False
-    warp_specialize: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -57,8 +54,8 @@ class KernelConfig:
 
     def label(self) -> str:
         """Short text such as ``64x64 w4 s3 tma`` (BLOCK_M x BLOCK_N, warps, stages, flags)."""
-        flags = " tma" * self.tma + " ws" * self.warp_specialize
-        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}{flags}"
+        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}" + (
+            " tma" * self.tma)
 
 
 ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)

@@ -21,20 +21,16 @@ from flashrepro.bench.problem import Problem
 from flashrepro.bench.timing import time_calls
 from flashrepro.configs import TUNED_TABLE, KernelConfig, length_bucket, table_key
 
-# Tiles that won on the H200 in the first grid of 33 configs (reproduce/NOTES.md, experiment 1):
-# 64x64 with 4 warps and 128x64 / 128x128 with 8 warps; 64x32 as the small-tile peer.
-TILES = [(64, 64, 4), (128, 64, 8), (128, 128, 8), (64, 32, 4)]
-# Warp specialization is tried on the TMA builds of the two leading tiles only.
-WARP_SPECIALIZED = [KernelConfig(64, 64, 4, 3, tma=True, warp_specialize=True),
-                    KernelConfig(128, 64, 8, 2, tma=True, warp_specialize=True),
-                    KernelConfig(128, 64, 8, 3, tma=True, warp_specialize=True)]
+# Tiles that won on the H200 in the first grid of 33 configs (reproduce/NOTES.md, experiments
+# 1-2): 64x64 with 4 warps and 128x64 / 128x128 with 8 warps; 64x32 and 64x128 as the smaller
+# and larger key-block peers of the winner.
+TILES = [(64, 64, 4), (128, 64, 8), (128, 128, 8), (64, 32, 4), (64, 128, 4)]
 
 
 def candidates(head_dim: int) -> list[KernelConfig]:
-    """Launch configs worth timing for ``head_dim``: tiles x stages {2, 3} x TMA, + WS."""
+    """Launch configs worth timing for ``head_dim``: tiles x stages {2, 3, 4} x TMA."""
     out = [KernelConfig(bm, bn, w, s, tma=tma)
-           for (bm, bn, w), s, tma in itertools.product(TILES, (2, 3), (False, True))]
-    out += WARP_SPECIALIZED
+           for (bm, bn, w), s, tma in itertools.product(TILES, (2, 3, 4), (False, True))]
     if head_dim > 128:  # K/V stages of 256-wide rows do not fit 228 KB of shared memory
         out = [c for c in out if c.block_n <= 64 and c.num_stages <= 2]
     return out

@@ -51,14 +51,13 @@ def _load_tile(ptrs, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.c
 def _attn_stage(acc, l_i, m_i, q, K, V, kv_offs, stride_n, off_b, off_hkv,
                 offs_m, offs_d, lo, hi, seqlen_k, causal_offset, qk_scale,
                 BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                CAUSAL: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr,
-                WARP_SPECIALIZE: tl.constexpr):
+                CAUSAL: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr):
     # K and V are either tensor descriptors (USE_TMA: the copy engine loads whole tiles and
     # fills rows past Lk with zeros) or base pointers of this (batch, kv head) plus the
     # loop-invariant tile offsets `kv_offs` (rows x stride_n + columns x stride_d, int32),
     # shared by K and V, which have equal strides.
     offs_n = tl.arange(0, BLOCK_N)
-    for start_n in tl.range(lo, hi, BLOCK_N, warp_specialize=WARP_SPECIALIZE):
+    for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_kn = start_n + offs_n
         # -- compute qk = Q·Kᵀ (BLOCK_M x BLOCK_N, fp32) --
@@ -111,25 +110,34 @@ def attn_fwd_kernel(
     stride_kb, stride_kh, stride_kn, stride_kd,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_lb, stride_lh,
-    kv_group, seqlen_q, seqlen_k, causal_offset, qk_scale,
+    num_heads, kv_group, seqlen_q, seqlen_k, causal_offset, qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
-    USE_TMA: tl.constexpr, WARP_SPECIALIZE: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
-    """Grid: (cdiv(Lq, BLOCK_M), H, B). O is (B, H, Lq, HEAD_DIM); LSE is (B, H, Lq) fp32.
+    """Grid: (B·H, cdiv(Lq, BLOCK_M)) when CAUSAL, else (cdiv(Lq, BLOCK_M), B·H).
 
-    Q, K, V, O are base pointers, or with ``USE_TMA`` 4-D tensor descriptors over the
-    (B, H, L, D) tensors with block shapes [1, 1, BLOCK_M or BLOCK_N, BLOCK_D]. K and V share
-    strides (the launcher checks it). ``qk_scale`` is sm_scale·log2(e), so that
-    exp2(qk·qk_scale) = exp(qk·sm_scale). ``kv_group`` = H / H_kv query heads share one
-    key/value head (GQA; 1 for plain MHA).
+    O is (B, H, Lq, HEAD_DIM); LSE is (B, H, Lq) fp32. Q, K, V, O are base pointers, or with
+    ``USE_TMA`` 4-D tensor descriptors over the (B, H, L, D) tensors with block shapes
+    [1, 1, BLOCK_M or BLOCK_N, BLOCK_D]. K and V share strides (the launcher checks it).
+    ``qk_scale`` is sm_scale·log2(e), so that exp2(qk·qk_scale) = exp(qk·sm_scale).
+    ``kv_group`` = H / H_kv query heads share one key/value head (GQA; 1 for plain MHA).
     """
-    # Heaviest query blocks first: under a causal mask the last query block has the most
-    # keys, so starting it early shortens the tail of the launch.
-    start_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    off_h = tl.program_id(1)
-    off_b = tl.program_id(2)
+    # Program order. CUDA starts programs in grid order, x fastest. Under a causal mask query
+    # block m does m + 1 key blocks of work, so the grid puts heads on x and query blocks,
+    # heaviest first, on y: every head's longest block starts in the first wave and the short
+    # ones fill the tail (longest-processing-time-first scheduling). Without a mask all blocks
+    # weigh the same; query blocks on x keep the programs of one head together, which share
+    # K and V in L2.
+    if CAUSAL:
+        off_hb = tl.program_id(0)
+        start_m = tl.num_programs(1) - 1 - tl.program_id(1)
+    else:
+        start_m = tl.program_id(0)
+        off_hb = tl.program_id(1)
+    off_b = off_hb // num_heads
+    off_h = off_hb % num_heads
     off_hkv = off_h // kv_group
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -165,11 +173,11 @@ def attn_fwd_kernel(
     acc, l_i, m_i = _attn_stage(acc, l_i, m_i, q, k_src, v_src, kv_offs, stride_kn,
                                 off_b, off_hkv, offs_m, offs_d, 0, full_end, seqlen_k,
                                 causal_offset, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, CAUSAL,
-                                False, USE_TMA, WARP_SPECIALIZE)
+                                False, USE_TMA)
     acc, l_i, m_i = _attn_stage(acc, l_i, m_i, q, k_src, v_src, kv_offs, stride_kn,
                                 off_b, off_hkv, offs_m, offs_d, full_end, hi, seqlen_k,
                                 causal_offset, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, CAUSAL,
-                                True, USE_TMA, False)
+                                True, USE_TMA)
 
     # -- epilogue: normalise once; rows that saw no key (possible only with a bottom-right
     # causal offset and Lq > Lk) get output 0 and LSE -inf, as FlashAttention-2 defines --
