@@ -65,6 +65,17 @@ def test_interpreter_parity(d: int, lq: int, lk: int, causal: bool, config: Kern
     check_parity(q, k, v, causal=causal, config=config)
 
 
+@pytest.mark.parametrize("heads_per_group", [1, 2, 3])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_groups(heads_per_group: int, causal: bool, device: torch.device,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every (batch, head, query block) is computed once whatever the group size, including
+    a last group with fewer heads (B·H = 4 with groups of 3)."""
+    monkeypatch.setattr(flashrepro.api, "_heads_per_group", lambda *args: heads_per_group)
+    q, k, v = random_qkv(2, 2, 40, 40, 16, torch.float16, device)
+    check_parity(q, k, v, causal=causal, config=KernelConfig(16, 16, 4, 1))
+
+
 @pytest.mark.skipif(HAS_GPU, reason="interpreter matrix; the GPU matrix covers this")
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("lq,lk", [(17, 17), (47, 70), (70, 47)])

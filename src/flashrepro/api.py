@@ -21,7 +21,7 @@ from flashrepro.kernels.fwd import attn_fwd_kernel
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
-MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y (B·H, or the query blocks when causal)
+MAX_PROGRAMS = 2**31 - 1  # CUDA's limit on gridDim.x (one program per head and query block)
 LOG2_E = 1.4426950408889634
 
 CausalAlignment = Literal["top_left", "bottom_right"]
@@ -83,11 +83,9 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     elif hk != h:
         raise ValueError(f"k and v must have q's head count H={h}, got {hk} (pass "
                          "enable_gqa=True for grouped-query attention)")
-    if b * h > MAX_GRID_YZ:
-        raise ValueError(f"batch x heads B·H={b * h} must be at most {MAX_GRID_YZ} "
-                         "(CUDA's grid limit on the axis that carries them)")
-    if q.shape[2] > MAX_GRID_YZ * 16:
-        raise ValueError(f"query length Lq={q.shape[2]} must be at most {MAX_GRID_YZ * 16}")
+    if b * h * q.shape[2] > MAX_PROGRAMS * 16:
+        raise ValueError(f"B·H·Lq = {b * h * q.shape[2]} query rows exceed the launch limit of "
+                         f"{MAX_PROGRAMS} programs of at least 16 rows")
     if scale is not None and not (math.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be a finite number >= 0, got {scale}")
     if causal_alignment not in ("top_left", "bottom_right"):
@@ -125,6 +123,19 @@ def _tma_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         if any(s == 0 or (s * t.element_size()) % 16 for s in t.stride()[:-1]):
             return False
     return True
+
+
+def _heads_per_group(bh: int, lk: int, d: int, q: torch.Tensor) -> int:
+    """(Batch, head) pairs per scheduling group: as many as have K and V in half of L2.
+
+    The kernel runs a group's query blocks heaviest first across its heads; see the program
+    order comment in :mod:`flashrepro.kernels.fwd`. Off a GPU (interpreter) L2 is taken as
+    50 MiB, the H100/H200 figure's order of magnitude.
+    """
+    l2_bytes = (torch.cuda.get_device_properties(q.device).L2_cache_size
+                if q.device.type == "cuda" else 50 * 2**20)
+    kv_bytes_per_head = 2 * max(lk, 1) * d * q.element_size()
+    return max(1, min(bh, (l2_bytes // 2) // kv_bytes_per_head))
 
 
 def _check_out(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
@@ -198,13 +209,13 @@ def attention(
                         for t in (k, v))
     else:
         q_arg, k_arg, v_arg, o_arg = q, k, v, o
-    m_blocks = triton.cdiv(lq, cfg.block_m)
-    grid = (b * h, m_blocks) if causal else (m_blocks, b * h)
+    grid = (b * h * triton.cdiv(lq, cfg.block_m),)
     try:
         attn_fwd_kernel[grid](
             q_arg, k_arg, v_arg, o_arg, lse,
             *q.stride(), *k.stride(), *o.stride(), lse.stride(0), lse.stride(1),
-            h, h // k.shape[1], lq, lk, causal_offset, sm_scale * LOG2_E,
+            b, h, h // k.shape[1], _heads_per_group(b * h, lk, d, q), lq, lk, causal_offset,
+            sm_scale * LOG2_E,
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
             CAUSAL=causal, STORE_LSE=return_lse, USE_TMA=use_tma,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
