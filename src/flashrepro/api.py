@@ -103,6 +103,8 @@ def _resolve_config(config: KernelConfig | str | None, head_dim: int, causal: bo
         if device.type == "cuda":
             major, minor = torch.cuda.get_device_capability(device)
             arch = 10 * major + minor
+            if arch >= 90 and os.environ.get("DISABLE_MMA_V3", "0") not in ("", "0"):
+                arch = 80  # Triton then builds the sm_80 (mma.sync) code: take its choice
         return default_config(head_dim, causal, seqlen_q, arch)
     if config in NAMED:
         return NAMED[config]
