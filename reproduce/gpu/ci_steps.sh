@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The GPU workflow's steps (.github/workflows/gpu.yml), in its order and with its commands, run
 # on this host's python3 instead of inside the image: the workflow checked by hand on a GPU
-# machine. Writes summary.md (what the job summary shows) and results/ (the results JSON, as
-# uploaded by the workflow) under $OUT.
+# machine. $OUT plays the job's results folder (the image's /results): it gets summary.md (what
+# the job summary shows) and the results JSON (what the job uploads).
 #
 #   OUT=/tmp/gpu-ci bash reproduce/gpu/ci_steps.sh
 #
@@ -11,11 +11,12 @@
 # workflow's step of that name, verbatim (tests/test_workflows.py checks it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-: "${OUT:?set OUT to the folder for summary.md and results/}"
+: "${OUT:?set OUT to the folder for summary.md and the results JSON}"
 mkdir -p "$OUT"
 
-# What the job's environment and .github/scripts/in-image give the steps inside the image:
+# What the job's environment, the image and .github/scripts/in-image give the steps:
 export FLASHREPRO_REQUIRE_GPU=1
+export FLASHREPRO_RESULTS_DIR="$OUT" # the image sets /results, mounted from the job's folder
 export GITHUB_STEP_SUMMARY="$OUT/summary.md"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" # the image has flashrepro installed
 in-image() { "$@"; }
@@ -31,14 +32,6 @@ if ! command -v python >/dev/null; then
   ln -s "$(command -v python3)" "$shim/python"
   export PATH="$shim:$PATH"
 fi
-
-collect_results() {
-  if [[ -d reproduce/results ]]; then
-    mkdir -p "$OUT/results"
-    cp -R reproduce/results/. "$OUT/results/"
-  fi
-}
-trap collect_results EXIT
 
 # step: doctor (fails when no GPU is visible)
 in-image python3 -m flashrepro doctor --require-gpu
