@@ -131,3 +131,21 @@ def test_gpu_article_parity(d: int, lq: int, lk: int, causal: bool, dtype: torch
                             device: torch.device) -> None:
     q, k, v = random_qkv(2, 3, lq, lk, d, dtype, device)
     check_parity(q, k, v, causal=causal, config=flashrepro.ARTICLE, article=True)
+
+
+def _tuned_entries() -> list[tuple[str, KernelConfig]]:
+    from flashrepro.configs import _tuned_table
+    return sorted(_tuned_table().items())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key,cfg", _tuned_entries(), ids=[k for k, _ in _tuned_entries()])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_gpu_tuned_table_parity(key: str, cfg: KernelConfig, dtype: torch.dtype,
+                                device: torch.device) -> None:
+    """Every config the default launch can pick (reproduce/tuned.json) passes parity, on its
+    bucket's length plus a ragged tail."""
+    _, d, mask, bucket = key.split("-")
+    length = int(bucket.removeprefix("l")) + 37
+    q, k, v = random_qkv(1, 2, length, length, int(d.removeprefix("d")), dtype, device)
+    check_parity(q, k, v, causal=mask == "causal", config=cfg)
