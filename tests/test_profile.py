@@ -22,12 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_expected_executed_matches_the_seed() -> None:
     """Seed 000: 2048 warps run the on-band body once, 15360 = 2048 x 7.5 off-band iterations
-    in all; HMMA executed on mma.sync = 2048 x 8.5 x 128 = 2,228,224 (also what
-    ../shared/ARTICLE.md measured on the H200)."""
+    in all, 256 static HMMA execute 8704 times on average; HMMA executed on mma.sync =
+    2048 x 8.5 x 128 = 2,228,224 (also what ../shared/ARTICLE.md measured on the H200)."""
     expected = profile.expected_executed()
-    assert expected["mma.sync"]["hmma"] == 2_228_224 == 128 * (2048 + 15360)
+    assert expected["mma.sync"]["hmma"] == 2_228_224 == 256 * 8704 == 128 * (2048 + 15360)
+    # ARTICLE.md's static sm_80 SASS: 112 LDSM.16.M88.4 + 16 LDSM.16.MT88.4 in two loop bodies
+    assert expected["mma.sync"]["ldsm"] == (112 + 16) // 2 * (2048 + 15360)
+    # wgmma: D/16 HGMMA for Q·Kᵀ and BN/16 for P·V per body, also counted by the HMMA pipe
     assert expected["wgmma"]["hgmma"] == (128 // 16 + 64 // 16) * (2048 + 15360)
-    assert expected["wgmma"]["hmma"] == 0 and expected["mma.sync"]["hgmma"] == 0
+    assert expected["wgmma"]["hmma"] == expected["wgmma"]["hgmma"]
+    assert expected["mma.sync"]["hgmma"] == 0
     with pytest.raises(ValueError, match="article config only"):
         profile.expected_executed(profile.WORKLOADS["source"])
 

@@ -99,24 +99,31 @@ METRICS: dict[str, tuple[str, ...]] = {
 }
 """Quantity -> Nsight Compute metric names to try, best first (the first one ncu knows wins).
 
-The ``smsp__``/``sm__`` pairs are the same counters summed over sub-partitions or SMs; the
-HGMMA counter counts one instruction per warp (all four warps of a warp group issue it)."""
+The ``smsp__``/``sm__`` pairs are the same counters summed over sub-partitions or SMs. Counts
+are warp-level: an HGMMA counts once per warp (all four warps of a warp group issue it), and
+on sm_90 the HMMA-pipe counter also counts HGMMA (:data:`COUNTED`)."""
 
 EXECUTED_METRICS = ("hmma", "hgmma", "ldsm")
 PATHS: dict[str, dict[str, str]] = {"mma.sync": {"DISABLE_MMA_V3": "1"}, "wgmma": {}}
 """Executed-count paths: name -> extra environment of the profiled process."""
 
-# Static instructions per warp of the article kernel at the article config, Triton 3.6:
-# (per key-block iteration, outside the loops). HMMA: seed 000's model,
+# Static SASS instructions per warp of the article kernel at the article config, Triton 3.6,
+# by class: (per key-block iteration, outside the loops). HMMA: seed 000's model,
 # 2·BM·BN·D/(16·8·16·warps) = 128 (Q·Kᵀ and P·V, 64 each). LDSM on mma.sync: the 112
 # LDSM.16.M88.4 + 16 LDSM.16.MT88.4 of ../shared/ARTICLE.md's static SASS all sit in the two
 # loop bodies, 64 per body. HGMMA: D/16 = 8 HGMMA.64x64x16 (Q·Kᵀ) + BN/16 = 4 HGMMA.64x128x16
 # (P·V, P from registers) per body; the wgmma build's 8 LDSM are in the epilogue, once per warp.
 # TODO(sass helper): take these from flashrepro.analysis.sass / .model once merged.
 _STATIC_PER_WARP: dict[str, dict[str, tuple[int, int]]] = {
-    "mma.sync": {"hmma": (128, 0), "hgmma": (0, 0), "ldsm": (64, 0)},
-    "wgmma": {"hmma": (0, 0), "hgmma": (12, 0), "ldsm": (0, 8)},
+    "mma.sync": {"HMMA": (128, 0), "HGMMA": (0, 0), "LDSM": (64, 0)},
+    "wgmma": {"HMMA": (0, 0), "HGMMA": (12, 0), "LDSM": (0, 8)},
 }
+
+COUNTED: dict[str, tuple[str, ...]] = {"hmma": ("HMMA", "HGMMA"), "hgmma": ("HGMMA",),
+                                       "ldsm": ("LDSM",)}
+"""Executed-count quantity -> the SASS classes its counter counts. On sm_90 the tensor-op
+HMMA pipe also executes HGMMA: on the H200 (ncu 2025.3.1) the wgmma build of the article kernel
+gave ``smsp__inst_executed_pipe_tensor_op_hmma.sum`` = ``..._gmma.sum`` = 208,896."""
 
 SEED_004 = {  # published figures of seed 004_bbfcec059c1c5419.txt (../shared/ARTICLE.md)
     "v1": "11.58 GB read, 5.54 GB written",
@@ -133,11 +140,12 @@ def expected_executed(workload: Workload = WORKLOADS["article"]) -> dict[str, di
 
     Model (seed ``000_5de0d8ad12f287ab.txt``): executed = static count x warps x iterations.
     With n = Lq / BLOCK_M query blocks, query block m runs m off-band iterations and one on-band
-    iteration (causal, BLOCK_M = BLOCK_N), so the warp-iterations are
-    B·H·num_warps·Σ_{m<n}(m + 1) = 2048 warps x 8.5 = 17,408 at the article config (the
-    seed's 2048 = 2·16·16·4 and 8704 average). Each quantity is
-    ``per_iteration x 17,408 + outside_loops x 2048`` with the static per-warp counts of
-    ``_STATIC_PER_WARP``; e.g. HMMA on mma.sync = 2048 x 8.5 x 128 = 2,228,224.
+    iteration (causal, BLOCK_M = BLOCK_N). At the article config that is 2048 = 2·16·16·4 warps
+    running the on-band body once and 15360 = 2048 x 7.5 off-band warp-iterations, 17,408 =
+    2048 x 8.5 in all (the seed's "8704 on average" is per static instruction over the two loop
+    bodies, (2048 + 15360) / 2). A SASS class's count is ``per_iteration x 17,408 +
+    outside_loops x 2048`` from ``_STATIC_PER_WARP``, and a quantity sums the classes its
+    counter counts (:data:`COUNTED`); e.g. HMMA on mma.sync = 2048 x 8.5 x 128 = 2,228,224.
 
     Args:
         workload: the article workload (the static counts hold for that config only).
@@ -156,9 +164,11 @@ def expected_executed(workload: Workload = WORKLOADS["article"]) -> dict[str, di
     n = w.seqlen // cfg.block_m
     warps = w.batch * w.heads * n * cfg.num_warps
     warp_iterations = w.batch * w.heads * cfg.num_warps * n * (n + 1) // 2
-    return {path: {q: per_iter * warp_iterations + outside * warps
-                   for q, (per_iter, outside) in counts.items()}
-            for path, counts in _STATIC_PER_WARP.items()}
+    by_class = {path: {c: per_iter * warp_iterations + outside * warps
+                       for c, (per_iter, outside) in counts.items()}
+                for path, counts in _STATIC_PER_WARP.items()}
+    return {path: {q: sum(counts[c] for c in classes) for q, classes in COUNTED.items()}
+            for path, counts in by_class.items()}
 
 
 # -- running ncu ------------------------------------------------------------------------------
@@ -232,7 +242,7 @@ def ladder_rows(name: str, record: dict[str, Any]) -> list[list[str]]:
 
 
 LADDER_HEADERS = ["workload", "variant", "time µs", "DRAM read MB", "DRAM write MB",
-                  "read vs v1 %", "ld conflicts %", "st conflicts %", "HMMA", "HGMMA", "LDSM",
+                  "read vs v1 %", "ld conflicts %", "st conflicts %", "HMMA pipe", "HGMMA", "LDSM",
                   "regs", "occupancy %", "seed 004 (published)"]
 
 
@@ -272,6 +282,7 @@ def headline_rows(ladder: dict[str, dict[str, Any]]) -> list[list[str]]:
         ["speed, v2 vs v1", "+6%", *ours(lambda w: speedup(w, "v1", "v2_kcol"))],
         ["speed, K pre-transposed vs column-wise", "+145%",
          *ours(lambda w: speedup(w, "v2_kcol", "v2_kt"))],
+        ["same, CUDA-core dot", "+145%", *ours(lambda w: speedup(w, "v2_kcol_fma", "v2_kt_fma"))],
     ]
 
 
