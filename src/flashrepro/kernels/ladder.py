@@ -154,6 +154,10 @@ def ladder_v1_kernel(Q, K, V, O, Acc, M, L,
             tl.store(acc_ptrs, o_new, mask=keep[:, None])
             tl.store(m_base + offs_m, m_new, mask=keep)
             tl.store(l_base + offs_m, l_new, mask=keep)
+        # The next key block re-reads these rows in other threads' layout: a CTA barrier makes
+        # this step's global stores visible to them (with a single query block the load would
+        # otherwise follow the store at once and can read stale data).
+        tl.debug_barrier()
 
 
 @triton.jit
