@@ -190,7 +190,7 @@ def _run_ncu(workload: Workload, variants: tuple[str, ...], quantities: tuple[st
     names = ncu.resolve({q: METRICS[q] for q in quantities}, known)
     warmup = 1
     result = ncu.profile(
-        _worker(workload, variants, warmup), [n for n in names.values() if n],
+        _worker(workload, variants, warmup), list(names.values()),
         kernel_regex=_kernel_regex(variants), launch_skip=warmup * len(variants),
         launch_count=len(variants), env={**os.environ, **extra_env}, ncu=args.ncu_path,
         timeout_s=args.timeout)
