@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "reproduce": ("flashrepro.bench.reproduce", "the article run: timings vs torch, SASS table"),
     "bench": ("flashrepro.bench.sweep", "L x D x causal x dtype sweep vs torch; table + plot"),
     "tune": ("flashrepro.bench.tune", "time launch configs, write reproduce/tuned.json"),
+    "sass": ("flashrepro.analysis.sass", "SASS counts per arch vs model, article, golden"),
 }
 
 
