@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from flashrepro.analysis.sass_report import sass_report
+from flashrepro.analysis.sass import sass_report
 
 
 @functools.cache

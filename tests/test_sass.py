@@ -7,24 +7,30 @@ LDSM.16.M88.4 for its Triton kernel; 256 / 80 LDSM.16.M88.4 / 64 LDSM.16.MT88.4 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from pathlib import Path
 
 import pytest
 
-from flashrepro.analysis import golden, sass_report
+from flashrepro.analysis import golden, sass
 from flashrepro.analysis.disasm import Resources, SassCounts, count_sass, loop_ranges
-from flashrepro.analysis.sass import (
+from flashrepro.analysis.offline_compile import (
     VARIANTS,
     KernelSass,
     KernelSpec,
-    kernel_sass,
+    mma_layouts,
+    operand_loads,
     record_launch,
 )
+from flashrepro.analysis.rows import published_counts, torch_rows
 from flashrepro.analysis.torch_sass import ARTICLE_INSTANCE, installed_library, torch_flash_sass
 from flashrepro.api import interpreter_mode
+from flashrepro.bench.problem import load_article
 from flashrepro.configs import ARTICLE, KernelConfig
 from tests.sass_cache import full_report
+
+PROBLEM, PUBLISHED = load_article()
 
 LISTING = """
         /*0000*/                   MOV R1, c[0x0][0x28] ;
@@ -38,26 +44,51 @@ LISTING = """
         /*0080*/              @UP0 LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64] ;
         /*0090*/                   STL [R1], R2 ;
         /*00a0*/                   EXIT ;
-        /*00b0*/                   BRA 0xb0;
+        /*00b0*/                   BRA 0x10 ;
+        /*00c0*/                   BRA 0xc0;
 """
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    sass_report.add_arguments(parser)
+    sass.add_arguments(parser)
     return parser
 
 
 def test_count_sass_classes_and_loops() -> None:
     counts = count_sass(LISTING)
-    assert loop_ranges(LISTING) == [(0x20, 0x60)]  # the padding self-branch is no loop
+    # Neither the out-of-line block's jump back (after EXIT) nor the padding is a loop.
+    assert loop_ranges(LISTING) == [(0x20, 0x60)]
     expected = {"HMMA": 1, "HGMMA": 1, "LDSM": 1, "LDSM.MT": 1, "LDS": 1, "STS": 0, "LDG": 0,
-                "STG": 0, "ASYNC": 1, "MUFU.EX2": 1, "BAR": 0, "LDL": 0, "STL": 1, "total": 12}
+                "STG": 0, "ASYNC": 1, "MUFU.EX2": 1, "BAR": 0, "LDL": 0, "STL": 1, "total": 13}
     assert counts.classes == expected
     in_loop = {k: 0 for k in expected} | {"HMMA": 1, "LDSM": 1, "LDSM.MT": 1, "MUFU.EX2": 1,
                                           "total": 5}
     assert counts.loop_classes == in_loop
-    assert counts.opcodes["LDSM.16.MT88.4"] == 1 and counts.opcodes["BRA"] == 2
+    assert counts.opcodes["LDSM.16.MT88.4"] == 1 and counts.opcodes["BRA"] == 3
+
+
+TTGIR = """\
+module {
+  tt.func public @k(%Q: !tt.ptr<f16>) attributes {noinline = false} {
+    %q_1 = ttg.local_load %q : !ttg.memdesc<64x128xf16, #shared, #smem> -> tensor<64x128xf16, \
+#ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>> loc(#loc1)
+    %r:3 = scf.for %i = %c0 to %n step %c64 iter_args(%a = %z) -> (tensor<64x128xf32, #mma>) {
+      %k_2 = ttg.local_load %k : !ttg.memdesc<64x128xf16, #shared, #smem> -> tensor<64x128xf16, \
+#ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 2}>> loc(#loc2)
+    }
+  }
+}
+"""
+
+
+def test_operand_loads_and_mma_layouts_from_ttgir() -> None:
+    text = TTGIR.replace("\\\n", "") + (
+        "#mma = #ttg.nvidia_mma<{versionMajor = 2, versionMinor = 0, warpsPerCTA = [1, 4], "
+        "instrShape = [16, 8]}>\n")
+    assert operand_loads(text) == [{"operand": 0, "shape": [64, 128], "in_loop": False},
+                                   {"operand": 1, "shape": [64, 128], "in_loop": True}]
+    assert mma_layouts(text) == [{"version": 2, "warps": [1, 4], "instr_shape": [16, 8]}]
 
 
 def test_count_sass_rejects_text_without_instructions() -> None:
@@ -86,28 +117,29 @@ def test_sm90_uses_wgmma_and_disable_mma_v3_restores_mma_sync() -> None:
 @pytest.mark.parametrize("changed", [KernelConfig(64, 32, 4, 3), KernelConfig(64, 64, 8, 3)],
                          ids=["block_n=32", "num_warps=8"])
 def test_changing_the_article_config_fails_the_golden_check(
-        changed: KernelConfig, monkeypatch: pytest.MonkeyPatch,
+        changed: KernelConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setattr(sass_report, "ARTICLE", changed)
-    assert sass_report.run(_parser().parse_args(["--arch", "sm_80"])) == 1
+    monkeypatch.setattr(sass, "ARTICLE", changed)  # as if configs.ARTICLE had been edited
+    out = tmp_path / "report.json"
+    assert sass.run(_parser().parse_args(["--arch", "sm_80", "--json", str(out)])) == 1
     err = capsys.readouterr().err
     assert f"sm_80  article {changed.label()}" in err and golden.NOT_IN_GOLDEN in err
     assert f"article {ARTICLE.label()}" in err and "but not compiled now" in err
     assert "python -m flashrepro sass --update" in err
     # Not only the key: the counts themselves drift from the golden article kernel's.
-    (result,) = kernel_sass([KernelSpec("article", changed, "sm_80")])  # Triton cache hit
+    row = next(r for r in json.loads(out.read_text())["targets"]["sm_80"]["rows"]
+               if r["name"] == f"article {changed.label()}")
     doc = golden.load(golden.default_path())
     assert doc is not None
-    lines = golden.diff_entry(doc["kernels"]["sm_80"][f"article {ARTICLE.label()}"],
-                              golden.entry(result))
-    assert any(line.split(":")[0] in ("HMMA", "LDSM", "LDSM.MT", "total") for line in lines)
+    old = doc["kernels"]["sm_80"][f"article {ARTICLE.label()}"]["classes"]
+    assert [c for c in ("HMMA", "LDSM", "total") if row["counts"]["classes"][c] != old[c]]
 
 
 def _fake(target: str, hmma: int) -> KernelSass:
     classes = {"HMMA": hmma, "LDSM": 112, "total": 3000 + hmma}
-    return KernelSass(KernelSpec("article", ARTICLE, target),
+    return KernelSass(KernelSpec("article", ARTICLE, target, PROBLEM),
                       SassCounts({"HMMA.16816.F32": hmma, "LDSM.16.M88.4": 112}, classes,
-                                 classes), Resources(255, 0, 0, 0), 90112, [])
+                                 classes), Resources(255, 0, 0, 0), 90112, [], [])
 
 
 def test_golden_build_write_compare_roundtrip(tmp_path: Path) -> None:
@@ -147,20 +179,19 @@ def test_golden_diff_is_readable() -> None:
 @pytest.mark.skipif(not interpreter_mode(), reason="kernels are JIT functions on a GPU host")
 def test_interpreted_kernels_are_refused_in_process() -> None:
     with pytest.raises(RuntimeError, match="kernel_sass"):
-        record_launch(VARIANTS["article"], KernelSpec("article", ARTICLE, "sm_80").problem,
-                      ARTICLE)
+        record_launch(VARIANTS["article"], PROBLEM, ARTICLE)
 
 
 def test_bad_arguments_are_named() -> None:
     with pytest.raises(ValueError, match="archs must be among"):
-        sass_report.sass_report(["sm_70"])
+        sass.sass_report(["sm_70"])
     with pytest.raises(ValueError, match="target must be one of"):
-        KernelSpec("article", ARTICLE, "sm_75")
-    assert sass_report.run(_parser().parse_args(["--torch-lib", "/nonexistent.so"])) == 2
+        KernelSpec("article", ARTICLE, "sm_75", PROBLEM)
+    assert sass.run(_parser().parse_args(["--torch-lib", "/nonexistent.so"])) == 2
 
 
 def test_torch_rows_say_why_they_are_skipped() -> None:
-    rows = sass_report.torch_rows(["sm_80"], None)["sm_80"]
+    rows = torch_rows(["sm_80"], None, published_counts(PUBLISHED))["sm_80"]
     assert [r["name"] for r in rows] == ["torch 64x64 w4", "torch 128x64 w4"]
     assert all("CPU build" in r["skipped"] and "--torch-lib" in r["skipped"] for r in rows)
 

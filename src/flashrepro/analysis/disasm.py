@@ -21,6 +21,7 @@ import triton
 _ADDR_PRED = r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d)\s+)?"  # /*0a10*/ [@!P0 | @UPT]
 _INSTRUCTION = re.compile(_ADDR_PRED + r"([A-Z][A-Za-z0-9_.]*)")
 _BACKWARD_BRANCH = re.compile(_ADDR_PRED + r"BRA(?:\.[A-Z.]+)?\s+0x([0-9a-f]+)")
+_EXIT = re.compile(_ADDR_PRED + r"EXIT\b")
 _RESOURCES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 
 _ASYNC_COPIES = ("LDGSTS", "UTMALDG", "UTMASTG", "UTMAPF", "UTMAREDG",
@@ -111,15 +112,19 @@ def _classify(ops: Counter[str]) -> dict[str, int]:
 
 
 def loop_ranges(sass: str) -> list[tuple[int, int]]:
-    """Address ranges ``[target, branch]`` of every backward ``BRA`` in a cuobjdump listing.
+    """Loop bodies of a one-function cuobjdump listing: address ranges ``[target, branch]`` of
+    every backward ``BRA`` that lies before the function's last ``EXIT``.
 
-    Each is a loop body (the self-branch ``BRA`` that pads the end of a function, target ==
-    address, is not one).
+    Branches after the last EXIT belong to out-of-line blocks (e.g. the retry of an mbarrier
+    wait on sm_90, which jumps back into the code it left) and to the padding self-branch;
+    they close no loop.
     """
+    exits = [int(m.group(1), 16) for m in _EXIT.finditer(sass)]
+    end = max(exits, default=-1)
     ranges = []
     for m in _BACKWARD_BRANCH.finditer(sass):
         addr, target = int(m.group(1), 16), int(m.group(2), 16)
-        if target < addr:
+        if target < addr < end:
             ranges.append((target, addr))
     return ranges
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import triton
 
-from flashrepro.analysis.sass import KernelSass
+from flashrepro.analysis.offline_compile import KernelSass
 from flashrepro.env import REPO_ROOT
 
 SCHEMA = "flashrepro.sass-golden/1"

@@ -1,348 +1,248 @@
-"""Compile a kernel for a target GPU arch on a machine without a GPU, and count its SASS.
+"""``python -m flashrepro sass``: SASS counts per arch — flashrepro, the article, torch — vs golden.
 
-How a compile gets the specialization of a real launch: the variant's public entry point
-(:func:`flashrepro.attention`, :func:`flashrepro.article_attention`) is called on CPU tensors of
-the problem's shape with the JIT kernel's ``run`` replaced by a recorder, so the recorded
-arguments are exactly those a launch passes (pointers, strides, sizes, constexprs, num_warps,
-num_stages) — no per-kernel argument list to keep in sync when the kernel's signature changes.
-Then Triton's own launch path, ``JITFunction.run(..., warmup=True)``, compiles them under an
-offline driver that reports the target arch (:class:`_OfflineDriver`): Triton's binder applies
-its usual specialization (16-byte pointer alignment and integers divisible by 16 as
-``tt.divisibility = 16``, integers equal to 1 — the unit strides of the last dim — as
-constexprs), exactly as on a GPU. The cubin is disassembled with Triton's cuobjdump
-(:mod:`flashrepro.analysis.disasm`).
+For every target arch it compiles the ``article`` and ``fwd`` variants at the article's launch
+config and ``fwd`` at the production default config, without a GPU
+(:mod:`flashrepro.analysis.offline_compile`), counts torch's own FlashAttention-2 forward kernel
+where a CUDA build of torch is at hand (:mod:`flashrepro.analysis.torch_sass`), and prints one
+table per arch: each kernel's counts by class, the analytic model's prediction
+(:mod:`flashrepro.analysis.model`), the article's published numbers
+(``reproduce/article.toml``) and a status (:mod:`flashrepro.analysis.rows`). Every Triton count
+(classes, opcodes, registers, shared memory) is compared with the golden file
+(:mod:`flashrepro.analysis.golden`); any drift exits 1 with a readable diff, ``--update``
+rewrites the file.
 
-Compiles run in a worker process (:func:`kernel_sass`): under ``TRITON_INTERPRET=1`` (the CPU
-test suite) ``@triton.jit`` kernels are interpreter objects that cannot be compiled, and
-``DISABLE_MMA_V3`` (the mma.sync path on sm_90) is read from the environment by Triton's C++
-passes at compile time. Triton's on-disk cache (``~/.triton/cache``, its key includes
-``DISABLE_MMA_V3``) makes repeated runs fast.
-
-Caveat: the arguments are recorded from a CPU-tensor call of the entry point. If the entry point
-ever chose different arguments on a GPU (e.g. TMA descriptors only on sm_90), the recorded call
-would not be the GPU's; today both entry points pass the same arguments on every device.
+Library use: :func:`sass_report` returns the whole report as a JSON-ready dict, with the tables
+rendered under ``text`` and ``markdown`` (``python -m flashrepro reproduce`` embeds it).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
+import dataclasses
 import json
-import os
-import re
-import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from flashrepro.analysis.disasm import Resources, SassCounts, disassemble_cubin
-from flashrepro.configs import KernelConfig
-
-
-@dataclass(frozen=True)
-class Target:
-    """A compile target.
-
-    Attributes:
-        name: table/JSON key, ``sm_80`` ... ``sm_90``, or ``sm_90-mma.sync``.
-        arch: compute capability as an int (80, 86, 89, 90).
-        mma_v3: False compiles with ``DISABLE_MMA_V3=1``: Triton then lowers ``tl.dot`` on sm_90
-            to mma.sync (HMMA) instead of wgmma (HGMMA), like the article's Ampere/Ada GPU.
-    """
-
-    name: str
-    arch: int
-    mma_v3: bool = True
-
-    @property
-    def wgmma(self) -> bool:
-        """True where Triton lowers tl.dot to wgmma (sm_90 with MMA v3 on)."""
-        return self.arch >= 90 and self.mma_v3
-
-
-TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("sm_80", 80), Target("sm_86", 86), Target("sm_89", 89), Target("sm_90", 90),
-    Target("sm_90-mma.sync", 90, mma_v3=False),
-)}
-
-
-@dataclass(frozen=True)
-class Problem:
-    """The attention problem whose launch is compiled (its sizes decide the specialization).
-
-    Attributes: batch B, heads H, sequence lengths Lq and Lk, head dim D, dtype name, causal.
-    """
-
-    batch: int = 2
-    heads: int = 16
-    seqlen_q: int = 1024
-    seqlen_k: int = 1024
-    head_dim: int = 128
-    dtype: str = "float16"
-    causal: bool = True
-
-
-ARTICLE_PROBLEM = Problem()
-"""The article's problem: B=2, H=16, L=1024, D=128, fp16, causal (seed ``000_5de0d8ad12f287ab``)."""
-
-
-@dataclass(frozen=True)
-class Variant:
-    """A kernel to count: its ``@triton.jit`` function and the public entry point that launches it.
-
-    Attributes:
-        name: table/JSON key.
-        kernel: ``module:attribute`` of the JIT function.
-        entry: ``module:attribute`` of the function that launches it with SDPA-style
-            ``(q, k, v, *, causal, config)``.
-        description: one line for the table.
-    """
-
-    name: str
-    kernel: str
-    entry: str
-    description: str
-
-
-VARIANTS: dict[str, Variant] = {v.name: v for v in (
-    Variant("article", "flashrepro.kernels.article:article_fwd_kernel",
-            "flashrepro.api:article_attention",
-            "the article's Triton kernel, frozen (kernels/article.py)"),
-    Variant("fwd", "flashrepro.kernels.fwd:attn_fwd_kernel", "flashrepro.api:attention",
-            "the production kernel (kernels/fwd.py)"),
-)}
-
-
-@dataclass(frozen=True)
-class KernelSpec:
-    """One compile: variant x launch config x target, for a problem."""
-
-    variant: str
-    config: KernelConfig
-    target: str
-    problem: Problem = ARTICLE_PROBLEM
-
-    def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {self.variant!r}")
-        if self.target not in TARGETS:
-            raise ValueError(f"target must be one of {list(TARGETS)}, got {self.target!r}")
-
-    def to_json(self) -> dict[str, Any]:
-        return {"variant": self.variant, "config": self.config.as_dict(), "target": self.target,
-                "problem": asdict(self.problem)}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> KernelSpec:
-        return cls(d["variant"], KernelConfig(**d["config"]), d["target"], Problem(**d["problem"]))
-
-
-@dataclass(frozen=True)
-class KernelSass:
-    """What one compile gives.
-
-    Attributes:
-        spec: what was compiled.
-        counts: static SASS counts (:class:`~flashrepro.analysis.disasm.SassCounts`).
-        resources: registers per thread, static shared/local bytes (cuobjdump -res-usage).
-        shared_bytes: shared memory the launch requests, bytes (Triton's ``metadata.shared``).
-        mma_layouts: distinct ``#ttg.nvidia_mma`` layouts of the TTGIR, each
-            ``{"version": 2|3, "warps": [wm, wn], "instr_shape": [...]}``; ``warps`` is how
-            the dot's output tile is split over warps (rows x columns).
-    """
-
-    spec: KernelSpec
-    counts: SassCounts
-    resources: Resources
-    shared_bytes: int
-    mma_layouts: list[dict[str, Any]]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"spec": self.spec.to_json(), "counts": asdict(self.counts),
-                "resources": asdict(self.resources), "shared_bytes": self.shared_bytes,
-                "mma_layouts": self.mma_layouts}
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> KernelSass:
-        return cls(KernelSpec.from_json(d["spec"]), SassCounts(**d["counts"]),
-                   Resources(**d["resources"]), d["shared_bytes"], d["mma_layouts"])
-
-
-_MMA_LAYOUT = re.compile(r"#ttg\.nvidia_mma<\{versionMajor = (\d+), versionMinor = \d+, "
-                         r"warpsPerCTA = \[([\d, ]+)\],.*?instrShape = \[([\d, ]+)\]\}>")
-
-
-def mma_layouts(ttgir: str) -> list[dict[str, Any]]:
-    """The distinct MMA layouts declared in a TTGIR module (see :class:`KernelSass`)."""
-    seen: list[dict[str, Any]] = []
-    for m in _MMA_LAYOUT.finditer(ttgir):
-        layout = {"version": int(m.group(1)),
-                  "warps": [int(x) for x in m.group(2).split(",")],
-                  "instr_shape": [int(x) for x in m.group(3).split(",")]}
-        if layout not in seen:
-            seen.append(layout)
-    return seen
-
-
-# --------------------------------------------------------------------------------------------
-# In the worker process: record a launch, compile it for a target, count.
-# --------------------------------------------------------------------------------------------
-
-def _resolve(path: str) -> Any:
-    module, attr = path.split(":")
-    return getattr(importlib.import_module(module), attr)
-
-
-def record_launch(variant: Variant, problem: Problem,
-                  config: KernelConfig) -> tuple[Any, tuple[Any, ...], dict[str, Any], Any]:
-    """Call the variant's entry point on CPU tensors and record its kernel launch.
-
-    Returns:
-        (jit_function, args, kwargs, grid) as passed to ``kernel[grid](*args, **kwargs)``.
-
-    Raises:
-        RuntimeError: the kernel is a Triton interpreter object (``TRITON_INTERPRET=1`` was set
-            when it was defined; use :func:`kernel_sass`), or the entry point did not launch it
-            exactly once.
-    """
-    import torch
-    from triton.runtime.jit import JITFunction
-
-    kernel = _resolve(variant.kernel)
-    if not isinstance(kernel, JITFunction):
-        raise RuntimeError(f"{variant.kernel} is a {type(kernel).__name__}, not a JITFunction: "
-                           "TRITON_INTERPRET was set when it was defined; compile through "
-                           "flashrepro.analysis.sass.kernel_sass, which uses a clean process")
-    calls: list[tuple[tuple[Any, ...], dict[str, Any], Any]] = []
-
-    def record(*args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
-        calls.append((args, kwargs, grid))
-
-    dtype = getattr(torch, problem.dtype)
-    q = torch.empty(problem.batch, problem.heads, problem.seqlen_q, problem.head_dim, dtype=dtype)
-    k, v = (torch.empty(problem.batch, problem.heads, problem.seqlen_k, problem.head_dim,
-                        dtype=dtype) for _ in range(2))
-    previous = os.environ.get("TRITON_INTERPRET")
-    kernel.run = record  # the instance attribute shadows JITFunction.run: nothing launches
-    os.environ["TRITON_INTERPRET"] = "1"  # the entry points accept CPU tensors only then
-    try:
-        _resolve(variant.entry)(q, k, v, causal=problem.causal, config=config)
-    finally:
-        del kernel.run
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-    if len(calls) != 1:
-        raise RuntimeError(f"{variant.entry} launched {variant.kernel} {len(calls)} times, "
-                           "expected once")
-    args, kwargs, grid = calls[0]
-    return kernel, args, kwargs, grid
-
-
-class _OfflineDriver:
-    """Enough of a Triton driver for ``JITFunction.run(warmup=True)``: it names the target.
-
-    The device id is the target's name, so each target gets its own in-memory kernel cache
-    (``DISABLE_MMA_V3`` is not part of that cache's key, only of the on-disk one).
-    """
-
-    def __init__(self, target: Target) -> None:
-        self.target = target
-
-    def get_current_device(self) -> str:
-        return self.target.name
-
-    def get_current_stream(self, device: object) -> int:
-        del device
-        return 0
-
-    def get_current_target(self) -> Any:
-        from triton.backends.compiler import GPUTarget
-        return GPUTarget("cuda", self.target.arch, 32)
-
-
-def compile_spec(spec: KernelSpec, workdir: Path) -> KernelSass:
-    """Compile ``spec`` in THIS process and count its SASS (the worker's job).
-
-    Sets ``DISABLE_MMA_V3`` in this process's environment and makes an offline driver Triton's
-    active driver; run it only in a process of its own (:func:`kernel_sass` does).
-
-    Raises:
-        RuntimeError: see :func:`record_launch` and :func:`flashrepro.analysis.disasm.cuobjdump`.
-    """
-    from triton.runtime.driver import driver
-
-    target = TARGETS[spec.target]
-    kernel, args, kwargs, grid = record_launch(VARIANTS[spec.variant], spec.problem, spec.config)
-    if target.mma_v3:
-        os.environ.pop("DISABLE_MMA_V3", None)
-    else:
-        os.environ["DISABLE_MMA_V3"] = "1"
-    driver.set_active(_OfflineDriver(target))
-    compiled = kernel.warmup(*args, grid=grid, **kwargs)
-    counts, resources = disassemble_cubin(compiled.asm["cubin"], workdir)
-    return KernelSass(spec, counts, resources, int(compiled.metadata.shared),
-                      mma_layouts(compiled.asm["ttgir"]))
-
-
-def _worker_main() -> int:
-    specs = [KernelSpec.from_json(d) for d in json.load(sys.stdin)]
-    with tempfile.TemporaryDirectory(prefix="flashrepro-sass-") as tmp:
-        results = [compile_spec(s, Path(tmp)).to_json() for s in specs]
-    json.dump(results, sys.stdout)
-    return 0
-
-
-# --------------------------------------------------------------------------------------------
-# In the caller: fan the compiles out to clean worker processes.
-# --------------------------------------------------------------------------------------------
-
-def _worker_env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DISABLE_MMA_V3")}
-    src = str(Path(__file__).resolve().parents[2])  # the src/ dir holding this flashrepro
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
-    return env
-
-
-def kernel_sass(specs: Sequence[KernelSpec], workers: int | None = None) -> list[KernelSass]:
-    """Compile and count every spec, in clean worker processes; results in ``specs`` order.
+import tabulate
+import torch
+import triton
+
+from flashrepro.analysis import golden
+from flashrepro.analysis.disasm import CLASS_NAMES, tool_versions
+from flashrepro.analysis.offline_compile import TARGETS, KernelSass, KernelSpec, kernel_sass
+from flashrepro.analysis.rows import published_counts, torch_rows, triton_row
+from flashrepro.analysis.torch_sass import installed_library
+from flashrepro.bench.problem import Problem, load_article
+from flashrepro.configs import ARTICLE, KernelConfig, default_config
+
+SCHEMA = "flashrepro.sass/1"
+
+
+def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str]]:
+    """(variant, config, role) of one target's compiles: ``article`` and ``fwd`` at the article
+    config, ``fwd`` at the production default config (one row when the two configs agree)."""
+    arch = TARGETS[target].arch
+    default = default_config(problem.head_dim, problem.causal, problem.seqlen_q, arch)
+    if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90
+        default = dataclasses.replace(default, tma=False)
+    if default == ARTICLE:
+        return [("article", ARTICLE, "article config"),
+                ("fwd", ARTICLE, "article config = production default")]
+    return [("article", ARTICLE, "article config"), ("fwd", ARTICLE, "article config"),
+            ("fwd", default, "production default")]
+
+
+def specs_for(targets: Sequence[str], problem: Problem) -> list[KernelSpec]:
+    """The compiles of a report, per target (see :func:`_configs`)."""
+    return [KernelSpec(v, c, t, problem) for t in targets for v, c, _ in _configs(t, problem)]
+
+
+def _role(spec: KernelSpec) -> str:
+    return next(r for v, c, r in _configs(spec.target, spec.problem)
+                if (v, c) == (spec.variant, spec.config))
+
+
+def _check_targets(archs: Sequence[str] | None) -> list[str]:
+    targets = list(archs or TARGETS)
+    unknown = [a for a in targets if a not in TARGETS]
+    if unknown:
+        raise ValueError(f"archs must be among {list(TARGETS)}, got {unknown}")
+    return targets
+
+
+def sass_report(archs: Sequence[str] | None = None, torch_lib: Path | None = None,
+                golden_path: Path | None = None, workers: int | None = None,
+                update: bool = False) -> dict[str, Any]:
+    """Compile, count, model and compare: the whole SASS report as a JSON-ready dict.
 
     Args:
-        specs: what to compile.
-        workers: parallel worker processes; default ``min(len(specs), os.cpu_count())``.
+        archs: target names from :data:`flashrepro.analysis.offline_compile.TARGETS`
+            (``sm_80``, ``sm_86``, ``sm_89``, ``sm_90``, ``sm_90-mma.sync``; default: all).
+        torch_lib: a CUDA build's ``libtorch_cuda.so``; default: the installed torch's, if it
+            is a CUDA build (else the torch rows are skipped, saying so).
+        golden_path: the golden file (default: ``reproduce/golden/sass-triton-<ver>.json``).
+        workers: parallel compile processes (default: CPU count).
+        update: first rewrite the golden file's entries for ``archs`` with this run's counts.
+
+    Returns:
+        ``{"schema": "flashrepro.sass/1", "triton", "torch", "torch_lib", "tools", "problem",
+        "golden": {"path", "ok", "diff": [{"target", "kernel", "lines"}]},
+        "targets": {name: {"wgmma": bool, "rows": [row, ...]}}, "text", "markdown"}``.
+        ``text``/``markdown``: the tables. A row has ``name``, ``kind`` ("triton" |
+        "torch"), ``variant``, ``role``, ``config``, ``counts`` (``classes``,
+        ``loop_classes``, ``opcodes`` of the classes; None when skipped), ``registers``
+        (per thread), ``shared_bytes`` (per launch), ``mma_layouts``, ``cubin_arch``,
+        ``golden`` ("ok" | "drift" | "new"; None for torch), ``skipped`` (reason or None),
+        ``model`` and ``published`` (each ``{"counts", "status", "notes"}``; status "match" |
+        "match-in-loops" | "mismatch" | "n/a"; ``published`` None where the article has no
+        number).
 
     Raises:
-        RuntimeError: a worker failed (its stderr is in the message).
+        ValueError: an unknown arch name.
+        FileNotFoundError: ``reproduce/article.toml`` or ``torch_lib`` is missing.
+        RuntimeError: a compile or cuobjdump failed.
     """
-    if not specs:
-        return []
-    n = max(1, min(len(specs), workers or os.cpu_count() or 1))
-    chunks = [list(specs[i::n]) for i in range(n)]
-    procs = [subprocess.Popen([sys.executable, "-m", "flashrepro.analysis.sass"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_worker_env())
-             for _ in chunks]
-    outputs = [p.communicate(json.dumps([s.to_json() for s in chunk]))
-               for p, chunk in zip(procs, chunks, strict=True)]
-    by_spec: dict[KernelSpec, KernelSass] = {}
-    for p, (out, err) in zip(procs, outputs, strict=True):
-        if p.returncode != 0:
-            raise RuntimeError(f"SASS worker failed ({p.returncode}):\n{err.strip()[-4000:]}")
-        for d in json.loads(out):
-            result = KernelSass.from_json(d)
-            by_spec[result.spec] = result
-    return [by_spec[s] for s in specs]
+    targets = _check_targets(archs)
+    if torch_lib is not None and not torch_lib.is_file():
+        raise FileNotFoundError(f"torch_lib: no such file: {torch_lib}")
+    problem, published = load_article()
+    numbers = published_counts(published)
+    path = golden_path or golden.default_path()
+    results = kernel_sass(specs_for(targets, problem), workers)
+    library = torch_lib or installed_library()
+    by_target = torch_rows(targets, library, numbers)
+    if update:
+        header = {"triton": triton.__version__, "tools": tool_versions(),
+                  "problem": problem.as_dict()}
+        golden.write(path, golden.build(results, golden.load(path), header))
+    diffs = golden.compare(golden.load(path), results, targets)
+    report: dict[str, Any] = {
+        "schema": SCHEMA, "triton": triton.__version__, "torch": torch.__version__,
+        "torch_lib": None if library is None else str(library),
+        "tools": tool_versions(), "problem": problem.as_dict(),
+        "golden": {"path": str(path), "ok": not diffs,
+                   "diff": [{"target": t, "kernel": k, "lines": lines}
+                            for (t, k), lines in sorted(diffs.items())]},
+        "targets": {name: {"wgmma": TARGETS[name].wgmma,
+                           "rows": [_triton_row(r, diffs, numbers)
+                                    for r in results if r.spec.target == name]
+                           + by_target[name]}
+                    for name in targets},
+    }
+    report["text"] = format_tables(report)
+    report["markdown"] = format_tables(report, markdown=True)
+    return report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Worker entry point: JSON list of :class:`KernelSpec` on stdin, results on stdout."""
-    argparse.ArgumentParser(description=main.__doc__).parse_args(argv)
-    return _worker_main()
+def _triton_row(result: KernelSass, diffs: dict[tuple[str, str], list[str]],
+                numbers: dict[str, dict[str, int]]) -> dict[str, Any]:
+    lines = diffs.get((result.spec.target, golden.kernel_key(result)))
+    status = "ok" if lines is None else "new" if lines == [golden.NOT_IN_GOLDEN] else "drift"
+    return triton_row(result, status, _role(result.spec), numbers)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+_SHORT = {"match": "= count", "match-in-loops": "= count in loop bodies",
+          "mismatch": "MISMATCH", "n/a": "not modelled"}
+
+
+def _cells(counts: dict[str, int] | None) -> list[Any]:
+    return [("" if counts is None else counts.get(c, "")) for c in CLASS_NAMES]
+
+
+def _status(entry: dict[str, Any]) -> str:
+    text = _SHORT[entry["status"]]
+    return f"{text}: {'; '.join(entry['notes'])}" if entry["notes"] else text
+
+
+def _table_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    for row in rows:
+        counts = row["counts"]["classes"] if row["counts"] else None
+        smem = "" if counts is None else f"{row['shared_bytes'] / 1024:g} KiB"
+        if row["skipped"]:
+            status = row["skipped"]
+        elif row["kind"] == "torch":
+            status = f"{row['role']}; cubin {row['cubin_arch']}"
+        else:
+            status = f"golden {row['golden']}; {row['role']}"
+        out.append([row["name"], *_cells(counts), row["registers"] or "", smem, status])
+        if row["model"]["counts"] is not None or (row["model"]["notes"] and not row["skipped"]):
+            out.append(["└ model", *_cells(row["model"]["counts"]), "", "",
+                        _status(row["model"])])
+        if row["published"] is not None:
+            out.append(["└ article (seed 000)", *_cells(row["published"]["counts"]), "", "",
+                        _status(row["published"]) if counts else ""])
+    return out
+
+
+def format_tables(report: dict[str, Any], markdown: bool = False) -> str:
+    """One table per arch of a :func:`sass_report` dict: plain text with the status column
+    wrapped, or GitHub markdown."""
+    headers = ["kernel", *CLASS_NAMES, "regs", "smem", "status"]
+    torch_side = report["torch_lib"] or f"torch {report['torch']} (no CUDA library)"
+    parts = [f"SASS static counts: triton {report['triton']} (ptxas {report['tools']['ptxas']}); "
+             f"torch kernel from {torch_side}; problem {report['problem']}"]
+    for name, block in report["targets"].items():
+        title = f"{name} ({'wgmma' if block['wgmma'] else 'mma.sync'})"
+        table = tabulate.tabulate(
+            _table_rows(block["rows"]), headers=headers,
+            tablefmt="github" if markdown else "simple",
+            maxcolwidths=None if markdown else [None] * (len(headers) - 1) + [56])
+        parts.append(f"### {title}\n\n{table}" if markdown else f"{title}\n{table}")
+    g = report["golden"]
+    parts.append(f"golden file {g['path']}: " + ("every count matches" if g["ok"] else
+                                                 f"{len(g['diff'])} kernel(s) drifted"))
+    return "\n\n".join(parts) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--arch", action="append", choices=list(TARGETS), dest="archs",
+                        help="target to compile for (repeatable; default: all of "
+                             f"{', '.join(TARGETS)})")
+    parser.add_argument("--update", action="store_true",
+                        help="rewrite the golden file with this run's counts (targets run only)")
+    parser.add_argument("--golden", type=Path, default=None,
+                        help="golden file (default: reproduce/golden/sass-triton-<version>.json)")
+    parser.add_argument("--torch-lib", type=Path, default=None,
+                        help="libtorch_cuda.so of a CUDA build of torch (default: the installed "
+                             "torch's, if it is a CUDA build)")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="also write the tables as GitHub markdown to this file")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the report (without the rendered tables) as JSON")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="parallel compile processes (default: CPU count)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the tables; exit 1 on drift against the golden file (0 after ``--update``)."""
+    if args.torch_lib is not None and not args.torch_lib.is_file():
+        print(f"--torch-lib: no such file: {args.torch_lib}", file=sys.stderr)
+        return 2
+    if args.workers is not None and args.workers < 1:
+        print(f"--workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
+    report = sass_report(args.archs, args.torch_lib, args.golden, args.workers, args.update)
+    if args.update:
+        print(f"wrote {report['golden']['path']}")
+    print(report["text"])
+    if args.markdown:
+        args.markdown.write_text(report["markdown"])
+    if args.json:
+        data = {k: v for k, v in report.items() if k not in ("text", "markdown")}
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    if not report["golden"]["ok"]:
+        print(golden.format_diff(report["golden"]["diff"], Path(report["golden"]["path"])),
+              file=sys.stderr)
+        return 1
+    return 0
