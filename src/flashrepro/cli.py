@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "tune": ("flashrepro.bench.tune", "time launch configs, write reproduce/tuned.json"),
     "profile": ("flashrepro.bench.profile",
                 "Nsight Compute: memory ladder (seed 004), executed counts (seed 000)"),
+    "sass": ("flashrepro.analysis.sass", "SASS counts per arch vs model, article, golden"),
 }
 
 
