@@ -5,6 +5,7 @@
 ``nox -s reproduce``  the article run: timings vs torch (GPU) + SASS table; results JSON
 ``nox -s bench``      the L x D x causal sweep (GPU)
 ``nox -s profile``    Nsight Compute executed counts and memory metrics (GPU + ncu)
+``nox -s gate``       a results JSON against its per-GPU baseline (``-- --results PATH``)
 ``nox -s lint``       ruff (+ hadolint, actionlint)
 ``nox -s doctor``     what GPU, driver and software this environment sees
 
@@ -68,6 +69,13 @@ def profile(session: nox.Session) -> None:
     """Nsight Compute: executed instruction counts, DRAM bytes, bank conflicts (GPU + ncu)."""
     _install(session)
     session.run("python", "-m", "flashrepro", "profile", *session.posargs)
+
+
+@nox.session
+def gate(session: nox.Session) -> None:
+    """Judge a results JSON against its per-GPU baseline (exit 1 regression, 2 none, 3 env)."""
+    _install(session)
+    session.run("python", "-m", "flashrepro", "gate", *session.posargs)
 
 
 @nox.session

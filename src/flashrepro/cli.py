@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("flashrepro.bench.profile",
                 "Nsight Compute: memory ladder (seed 004), executed counts (seed 000)"),
     "sass": ("flashrepro.analysis.sass", "SASS counts per arch vs model, article, golden"),
+    "gate": ("flashrepro.gate.command", "judge a results JSON against its per-GPU baseline"),
 }
 
 

@@ -1,0 +1,210 @@
+"""Baselines: where they live, what they record, and how a run's environment is matched to one.
+
+A baseline is one JSON file per GPU model and problem,
+``<baseline_dir>/<gpu-key>/<problem-key>.json`` (e.g.
+``reproduce/baselines/nvidia-h200/b2-h16-q1024-k1024-d128-float16-causal.json``), holding the
+per-round samples of one reference run, the environment and timing method they were measured
+with, the gate settings, and an append-only ``history`` of every run that was made a baseline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+SCHEMA = "flashrepro.baseline/1"
+FLASHREPRO_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel")
+"""Records the gate judges: this project's kernels (names from the results JSON format)."""
+REFERENCE_RECORD = "torch-flash"
+"""The denominator of the primary metric: torch SDPA's flash backend, timed in the same rounds."""
+SOFTWARE_FIELDS = ("driver", "cuda", "torch", "triton", "image_digest")
+HARDWARE_FIELDS = ("gpu_key", "sm_count")
+METHOD_FIELDS = ("timer", "l2", "calls_per_round")
+PROBLEM_FIELDS = ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal")
+
+
+class ResultsError(ValueError):
+    """A results JSON the gate cannot use (names the missing or malformed part)."""
+
+
+@dataclass(frozen=True)
+class EnvDifference:
+    """One field that differs between the baseline's environment and the current run's."""
+
+    field: str
+    baseline: Any
+    current: Any
+
+
+def problem_key(problem: dict[str, Any]) -> str:
+    """File-name key of a problem: ``b2-h16-q1024-k1024-d128-float16-causal``.
+
+    Raises:
+        ResultsError: a field of :data:`PROBLEM_FIELDS` is missing.
+    """
+    missing = [f for f in PROBLEM_FIELDS if f not in problem]
+    if missing:
+        raise ResultsError(f"results 'problem' lacks {missing}")
+    p = problem
+    return (f"b{p['batch']}-h{p['heads']}-q{p['seqlen_q']}-k{p['seqlen_k']}-d{p['head_dim']}-"
+            f"{p['dtype']}-{'causal' if p['causal'] else 'full'}")
+
+
+def fingerprint(env: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a results ``env`` block (:func:`flashrepro.env.capture`) a baseline keys on.
+
+    Raises:
+        ResultsError: ``env.gpu`` is missing or null (the run had no GPU, so no timings).
+    """
+    gpu = env.get("gpu")
+    if not gpu or not gpu.get("key"):
+        raise ResultsError("results 'env.gpu' is null or has no 'key': the gate compares GPU "
+                           "timings, and this run saw no GPU")
+    return {"gpu_key": gpu["key"], "gpu_name": gpu.get("name"), "sm_count": gpu.get("sm_count"),
+            "capability": gpu.get("capability"), "driver": gpu.get("driver"),
+            "cuda": env.get("cuda"), "torch": env.get("torch"), "triton": env.get("triton"),
+            "image_digest": env.get("image_digest")}
+
+
+def baseline_path(baseline_dir: Path, results: dict[str, Any]) -> Path:
+    """``<baseline_dir>/<gpu-key>/<problem-key>.json`` for a results dict."""
+    return Path(baseline_dir) / fingerprint(results["env"])["gpu_key"] / (
+        problem_key(results["problem"]) + ".json")
+
+
+def differences(baseline: dict[str, Any], results: dict[str, Any]) -> list[EnvDifference]:
+    """What differs between a baseline and a run: hardware, software, problem, timing method.
+
+    Software and hardware fields are compared exactly (a value known on one side and unknown on
+    the other counts as a difference), except ``image_digest``, compared only when both sides
+    have one. Method fields are compared when both sides state them; ``rounds`` may differ.
+    """
+    out: list[EnvDifference] = []
+    base_env, cur_env = baseline["env"], fingerprint(results["env"])
+    for f in (*HARDWARE_FIELDS, *SOFTWARE_FIELDS):
+        b, c = base_env.get(f), cur_env.get(f)
+        if f == "image_digest" and (b is None or c is None):
+            continue
+        if b != c:
+            out.append(EnvDifference(f, b, c))
+    for f in PROBLEM_FIELDS:
+        b, c = baseline["problem"].get(f), results["problem"].get(f)
+        if b != c:
+            out.append(EnvDifference(f"problem.{f}", b, c))
+    for f in METHOD_FIELDS:
+        b, c = baseline.get("method", {}).get(f), results.get("method", {}).get(f)
+        if b is not None and c is not None and b != c:
+            out.append(EnvDifference(f"method.{f}", b, c))
+    return out
+
+
+def _round_medians(results: dict[str, Any], name: str) -> np.ndarray:
+    for rec in results.get("records", []):
+        if rec.get("name") == name:
+            values = np.asarray(rec.get("round_medians_us", []), dtype=np.float64)
+            if values.ndim != 1 or values.size == 0:
+                raise ResultsError(f"record {name!r} has no 'round_medians_us' list")
+            return values
+    raise KeyError(name)
+
+
+def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """Per-round samples of a results dict: ``{record: {"us": [...], "ratio": [...]}}``.
+
+    ``ratio`` (flashrepro records only) is ``record_r / torch-flash_r`` for each round r: both
+    were timed in the same interleaved round, so the pair shares that round's clocks.
+
+    Raises:
+        ResultsError: no ``env``, ``problem`` or ``records`` key, no ``torch-flash`` record,
+            a record whose round count differs from torch-flash's, or no flashrepro record.
+    """
+    missing = [k for k in ("env", "problem", "records") if k not in results]
+    if missing:
+        raise ResultsError(f"results lack the top-level keys {missing}")
+    try:
+        ref = _round_medians(results, REFERENCE_RECORD)
+    except KeyError:
+        raise ResultsError(f"results have no {REFERENCE_RECORD!r} record, the reference of the "
+                           "gate's primary metric") from None
+    out: dict[str, dict[str, list[float]]] = {REFERENCE_RECORD: {"us": ref.tolist()}}
+    for name in FLASHREPRO_RECORDS:
+        try:
+            us = _round_medians(results, name)
+        except KeyError:
+            continue
+        if us.size != ref.size:
+            raise ResultsError(f"record {name!r} has {us.size} rounds but {REFERENCE_RECORD!r} "
+                               f"has {ref.size}: per-round ratios need the same rounds")
+        out[name] = {"us": us.tolist(), "ratio": (us / ref).tolist()}
+    if len(out) == 1:
+        raise ResultsError(f"results have none of the records {list(FLASHREPRO_RECORDS)}")
+    return out
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The baseline at ``path``, or None when there is none.
+
+    Raises:
+        ValueError: the file is not a baseline of schema :data:`SCHEMA`.
+    """
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not a baseline of schema {SCHEMA!r} "
+                         f"(schema {data.get('schema')!r})")
+    return data
+
+
+def history_entry(results: dict[str, Any], samples: dict[str, dict[str, list[float]]]
+                  ) -> dict[str, Any]:
+    """One history line: when, which commit, which software, and the medians of each record."""
+    env = results["env"]
+    fp = fingerprint(env)
+    return {
+        "date": env.get("date"),
+        "git_commit": env.get("git_commit"),
+        "env": {f: fp[f] for f in SOFTWARE_FIELDS},
+        "median_ratio": {n: float(np.median(s["ratio"])) for n, s in samples.items()
+                         if "ratio" in s},
+        "median_us": {n: float(np.median(s["us"])) for n, s in samples.items()},
+    }
+
+
+def build(results: dict[str, Any], previous: dict[str, Any] | None, settings: dict[str, Any]
+          ) -> dict[str, Any]:
+    """A new baseline from ``results``; ``previous``'s history is kept and one entry appended.
+
+    Args:
+        results: a results dict (see COMMON.md / DESIGN.md "Results JSON").
+        previous: the baseline being replaced, or None.
+        settings: the gate settings to store (threshold, confidence, ...).
+    """
+    samples = round_samples(results)
+    history = list(previous["history"]) if previous else []
+    history.append(history_entry(results, samples))
+    return {
+        "schema": SCHEMA,
+        "gpu_key": fingerprint(results["env"])["gpu_key"],
+        "problem_key": problem_key(results["problem"]),
+        "problem": {f: results["problem"][f] for f in PROBLEM_FIELDS},
+        "env": {**fingerprint(results["env"]), "date": results["env"].get("date"),
+                "git_commit": results["env"].get("git_commit"),
+                "python": results["env"].get("python")},
+        "method": results.get("method", {}),
+        "gate": settings,
+        "records": {n: {"round_medians_us": s["us"], **({"round_ratios": s["ratio"]}
+                                                        if "ratio" in s else {})}
+                    for n, s in samples.items()},
+        "history": history,
+    }
+
+
+def write(path: Path, baseline: dict[str, Any]) -> None:
+    """Write ``baseline`` to ``path`` (parents created), indented JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(baseline, indent=1) + "\n")

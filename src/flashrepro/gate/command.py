@@ -1,0 +1,87 @@
+"""``python -m flashrepro gate``: judge a results JSON against its per-GPU baseline.
+
+Exit codes: 0 pass, 1 regression, 2 no baseline, 3 environment mismatch, 4 unusable input.
+The verdict is printed, written to ``--summary`` and appended to ``$GITHUB_STEP_SUMMARY`` when
+set, and stored in the results JSON under ``"gate"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+from flashrepro.gate.check import ExitCode, Verdict, check, update_baseline
+
+
+def _fraction(name: str, low: float, high: float, closed_low: bool):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        ok = (low <= value if closed_low else low < value) and value < high
+        if not ok:
+            lo = "[" if closed_low else "("
+            raise argparse.ArgumentTypeError(f"{name} must be in {lo}{low}, {high}), got {value}")
+        return value
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", type=Path, required=True,
+                        help="results JSON of a reproduce run "
+                             "(reproduce/results/<gpu-key>/reproduce.json)")
+    parser.add_argument("--baseline-dir", type=Path, default=Path("reproduce/baselines"),
+                        help="root of the per-GPU baselines (default: reproduce/baselines)")
+    parser.add_argument("--update-baseline", action="store_true",
+                        help="make this run the baseline (history kept and appended); exit 0")
+    parser.add_argument("--threshold", type=_fraction("--threshold", 0, 1, True), default=None,
+                        help="tolerated slowdown of the ratio to torch-flash, e.g. 0.02 = 2%% "
+                             "(default: the baseline's stored value, else 0.02)")
+    parser.add_argument("--abs-threshold", type=_fraction("--abs-threshold", 0, 1, True),
+                        default=None, help="warn when absolute µs are slower by more than this "
+                                           "(default: the baseline's, else 0.10)")
+    parser.add_argument("--confidence", type=_fraction("--confidence", 0.5, 1, False),
+                        default=None, help="two-sided bootstrap confidence (default 0.95)")
+    parser.add_argument("--allow-env-mismatch", action="store_true",
+                        help="compare even when driver/CUDA/torch/triton/image differ (warns)")
+    parser.add_argument("--summary", type=Path, default=None,
+                        help="write the verdict as markdown to this file")
+
+
+def _publish(verdict: Verdict, results: dict, args: argparse.Namespace) -> None:
+    text = verdict.markdown
+    print(text)
+    if args.summary is not None:
+        args.summary.parent.mkdir(parents=True, exist_ok=True)
+        args.summary.write_text(text)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary:
+        with open(step_summary, "a", encoding="utf-8") as f:
+            f.write(text + "\n")
+    results["gate"] = verdict.as_dict()
+    args.results.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        results = json.loads(args.results.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        print(f"gate: --results {args.results}: cannot read a JSON file: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    kwargs = {"threshold": args.threshold, "abs_threshold": args.abs_threshold,
+              "confidence": args.confidence, "results_path": str(args.results)}
+    try:
+        if args.update_baseline:
+            verdict = update_baseline(results, args.baseline_dir, **kwargs)
+        else:
+            verdict = check(results, args.baseline_dir,
+                            allow_env_mismatch=args.allow_env_mismatch, **kwargs)
+    except ValueError as exc:  # ResultsError included
+        print(f"gate: --results {args.results}: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    _publish(verdict, results, args)
+    return int(verdict.exit_code)

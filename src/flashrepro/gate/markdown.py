@@ -1,0 +1,117 @@
+"""The gate's verdict as markdown: headline, what got slower, all comparisons, drift, notes.
+
+Written to ``--summary PATH`` and appended to ``$GITHUB_STEP_SUMMARY`` by the CLI; also what the
+CLI prints. Tables are rendered by :mod:`tabulate` (GitHub format).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tabulate import tabulate
+
+from flashrepro.gate.baseline import REFERENCE_RECORD
+
+if TYPE_CHECKING:
+    from flashrepro.gate.check import Verdict
+    from flashrepro.gate.stats import Comparison
+
+HEADLINES = {
+    "pass": "PASS",
+    "regression": "REGRESSION",
+    "no-baseline": "NO BASELINE",
+    "env-mismatch": "ENVIRONMENT MISMATCH",
+    "baseline-updated": "BASELINE UPDATED",
+}
+
+
+def _value(c: Comparison, v: float) -> str:
+    return f"{v:.4f}" if c.metric == "ratio" else f"{v:.2f} µs"
+
+
+def _metric(c: Comparison) -> str:
+    return f"ratio to {REFERENCE_RECORD}" if c.metric == "ratio" else "time (µs)"
+
+
+def _verdict_text(c: Comparison) -> str:
+    if c.slower:
+        return "**REGRESSION**" if c.metric == "ratio" else "slower (warning only)"
+    if c.inconclusive:
+        return "ok (inconclusive: CI reaches the threshold)"
+    return "ok"
+
+
+def _row(c: Comparison, full: bool) -> list[str]:
+    row = [c.record, _metric(c), _value(c, c.baseline_median), _value(c, c.current_median),
+           f"{c.change:+.2%}", f"[{c.ci_low:+.2%}, {c.ci_high:+.2%}]", f"{c.p_value:.2g}",
+           f"{c.n_baseline}/{c.n_current}"]
+    return [*row, f"{c.threshold:+.1%}", _verdict_text(c)] if full else row
+
+
+HEAD = ["record", "metric", "baseline median", "current median", "change", "CI of change",
+        "p (Mann-Whitney)", "rounds (base/cur)"]
+
+
+def comparison_table(comparisons: list[Comparison], full: bool = True) -> str:
+    """A GitHub-markdown table of comparisons (with threshold and verdict when ``full``)."""
+    head = [*HEAD, "threshold", "verdict"] if full else HEAD
+    return tabulate([_row(c, full) for c in comparisons], headers=head, tablefmt="github",
+                    disable_numparse=True)
+
+
+def _no_baseline(v: Verdict) -> list[str]:
+    results = v.results_path or "<results JSON>"
+    return [f"No baseline for GPU `{v.gpu_key}` and problem `{v.problem_key}` "
+            f"(looked for `{v.baseline_path}`).", "",
+            "Create one from this run, check it, and commit it:", "", "```bash",
+            f"python -m flashrepro gate --results {results} --update-baseline", "```"]
+
+
+def _mismatch(v: Verdict) -> list[str]:
+    rows = [[d.field, str(d.baseline), str(d.current)] for d in v.env_differences]
+    results = v.results_path or "<results JSON>"
+    return ["This run's environment differs from the baseline's, so its timings were **not** "
+            "compared:", "",
+            tabulate(rows, headers=["field", "baseline", "current"], tablefmt="github",
+                     disable_numparse=True), "",
+            "Compare anyway (with a warning): add `--allow-env-mismatch`. Accept the new "
+            "environment (the baseline's history keeps the old entries):", "", "```bash",
+            f"python -m flashrepro gate --results {results} --update-baseline", "```"]
+
+
+def _drift(v: Verdict) -> list[str]:
+    if not v.drift:
+        return []
+    d0 = v.drift[0]
+    parts = ", ".join(f"{d['record']} {d['change']:+.2%} ({d['then_median_ratio']:.4f} -> "
+                      f"{d['now_median_ratio']:.4f})" for d in v.drift)
+    return ["", f"**Drift** of the median ratio to {REFERENCE_RECORD} since the oldest baseline "
+            f"entry ({d0['since_date']}, commit `{(d0['since_commit'] or 'unknown')[:12]}`, "
+            f"{d0['history_entries']} entries): {parts}."]
+
+
+def render(v: Verdict) -> str:
+    """The whole summary of a verdict, markdown."""
+    lines = [f"### flashrepro performance gate: {HEADLINES[v.status]} (exit {int(v.exit_code)})",
+             "", f"GPU `{v.gpu_key}`, problem `{v.problem_key}`, baseline `{v.baseline_path}`"
+             + (f" (commit `{(v.baseline_commit or 'unknown')[:12]}`, {v.baseline_date})"
+                if v.baseline_date else "") + ".", ""]
+    if v.status == "no-baseline" and not v.comparisons:
+        lines += _no_baseline(v)
+    elif v.status == "env-mismatch":
+        lines += _mismatch(v)
+    elif v.status == "baseline-updated" and not v.comparisons:
+        lines += ["This run is now the baseline, the first entry of its history. Commit "
+                  f"`{v.baseline_path}`."]
+    else:
+        if v.status == "baseline-updated":
+            lines += ["This run is now the baseline (commit the file). Its comparison with the "
+                      "previous baseline, for information:", ""]
+        if v.regressions:
+            lines += ["**What got slower**", "", comparison_table(v.regressions, full=False), ""]
+        lines += ["**All comparisons**", "", comparison_table(v.comparisons + v.secondary)]
+        lines += _drift(v)
+        lines += ["", f"Rule: {v.settings.rule()}."]
+    if v.warnings:
+        lines += ["", "**Warnings**", "", *(f"- {w}" for w in v.warnings)]
+    return "\n".join(lines) + "\n"

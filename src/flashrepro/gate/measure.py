@@ -1,0 +1,110 @@
+"""The gate experiment's measurement: kernels of one problem in interleaved rounds, as a results
+dict in the reproduce format (``DESIGN.md``, "Results JSON").
+
+A small stand-in for ``flashrepro.bench.reproduce``'s measurement, written in parallel with it;
+once that module exposes ``measure(problem, kernels, rounds, calls) -> results dict`` this one
+should be replaced by it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import flashrepro
+from flashrepro.bench.timing import attention_flops, interleaved_rounds
+from flashrepro.env import capture, nvml_clocks
+from flashrepro.gate.baseline import REFERENCE_RECORD
+
+DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+METHOD = {"timer": "cuda-events", "l2": "flushed before each call (256 MiB zeroed)",
+          "statistic": "median of per-round medians"}
+
+
+def kernels(problem: dict[str, Any], names: tuple[str, ...], seed: int = 0
+            ) -> dict[str, Callable[[], object]]:
+    """Zero-argument callables running each named kernel on fresh random inputs.
+
+    Args:
+        problem: batch, heads, seqlen_q, seqlen_k, head_dim, dtype (``"float16"`` or
+            ``"bfloat16"``), causal.
+        names: record names: ``flashrepro`` (default config), ``flashrepro-article-config``,
+            ``article-kernel`` (the frozen article kernel), ``torch-flash`` (SDPA forced to
+            its flash backend).
+        seed: seed of the inputs (q, k, v ~ N(0, 1), shapes (B, H, L, D)).
+
+    Raises:
+        KeyError: an unknown name or dtype.
+    """
+    p = problem
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    dtype = DTYPES[p["dtype"]]
+    q = torch.randn(p["batch"], p["heads"], p["seqlen_q"], p["head_dim"], dtype=dtype,
+                    device="cuda", generator=gen)
+    k, v = (torch.randn(p["batch"], p["heads"], p["seqlen_k"], p["head_dim"], dtype=dtype,
+                        device="cuda", generator=gen) for _ in range(2))
+    o = torch.empty_like(q)
+    causal = p["causal"]
+
+    def torch_flash() -> object:
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    table: dict[str, Callable[[], object]] = {
+        "flashrepro": lambda: flashrepro.attention(q, k, v, causal=causal, out=o),
+        "flashrepro-article-config": lambda: flashrepro.attention(
+            q, k, v, causal=causal, config=flashrepro.ARTICLE, out=o),
+        "article-kernel": lambda: flashrepro.article_attention(q, k, v, causal=causal, out=o),
+        REFERENCE_RECORD: torch_flash,
+    }
+    return {name: table[name] for name in names}
+
+
+def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, rounds: int,
+            calls_per_round: int, env: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Time ``fns`` in interleaved rounds; return a results dict.
+
+    Args:
+        fns: record name -> zero-argument callable (see :func:`kernels`).
+        problem: the problem dict stored in the results.
+        rounds: interleaved rounds (>= 1).
+        calls_per_round: timed calls per kernel and round; a round's value is their median.
+        env: environment block; default :func:`flashrepro.env.capture` now.
+
+    Returns:
+        ``{"schema", "kind", "env", "clocks_before", "clocks_after", "problem", "method",
+        "records"}``; each record holds ``round_medians_us`` (µs), ``median_us``, ``q25_us``,
+        ``q75_us`` (quartiles of the round medians), ``tflops`` and ``ratio_vs_torch_flash``
+        (median of per-round ratios, when torch-flash was timed).
+    """
+    clocks_before = nvml_clocks()
+    rounds_us = interleaved_rounds(fns, rounds, calls_per_round)
+    clocks_after = nvml_clocks()
+    flops = attention_flops(problem["batch"], problem["heads"], problem["seqlen_q"],
+                            problem["seqlen_k"], problem["head_dim"], problem["causal"])
+    ref = rounds_us.get(REFERENCE_RECORD)
+    records = []
+
+    def ratio(values: list[float]) -> float | None:
+        if ref is None:
+            return None
+        return statistics.median(a / b for a, b in zip(values, ref, strict=True))
+
+    for name, values in rounds_us.items():
+        q25, _, q75 = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+        med = statistics.median(values)
+        records.append({
+            "name": name, "round_medians_us": values, "median_us": med, "q25_us": q25,
+            "q75_us": q75, "tflops": flops / med / 1e6,
+            "ratio_vs_torch_flash": ratio(values), "config": None})
+    return {"schema": "flashrepro.results/1", "kind": "reproduce",
+            "env": env if env is not None else capture(),
+            "clocks_before": clocks_before, "clocks_after": clocks_after,
+            "problem": dict(problem),
+            "method": {**METHOD, "rounds": rounds, "calls_per_round": calls_per_round},
+            "records": records}

@@ -1,0 +1,141 @@
+"""The gate's decision rule: is one sample of per-round values slower than another by more than
+a threshold, and is that statistically significant?
+
+Two independent samples are compared: the baseline's per-round values ``b`` and the current
+run's ``c`` (per-round ratios flashrepro / torch-flash for the primary metric, per-round µs for
+the secondary one; larger = slower). The effect is the relative change of the medians,
+``median(c) / median(b) - 1``. A comparison is *slower* (a regression for the primary metric)
+only when both hold:
+
+1. the lower bound of the two-sided ``confidence`` bootstrap confidence interval of that change
+   (:func:`scipy.stats.bootstrap`, percentile method, independent resampling of each sample) is
+   above ``threshold``; and
+2. a one-sided Mann-Whitney U test (:func:`scipy.stats.mannwhitneyu`) of ``c`` against
+   ``b · (1 + threshold)`` (H1: ``c`` is stochastically larger) gives ``p < (1 - confidence)/2``.
+
+Both test the same null hypothesis — "the slowdown is at most ``threshold``" — at the same
+one-sided level (2.5 % for the default 95 % interval), one on medians and one on ranks, so a
+false alarm needs both to be fooled. Medians and ranks make one outlier round harmless.
+A slowdown of exactly ``threshold`` is flagged at most ~2.5 % of the time whatever the noise;
+noise only lowers the power (the rate at which larger slowdowns are caught), which more rounds
+buy back. The simulated false-alarm and detection rates are in ``reproduce/NOTES.md`` (Gate).
+
+The resampling uses a fixed seed, so the same samples always give the same verdict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+from scipy import stats
+
+DEFAULT_THRESHOLD = 0.02
+"""Primary metric: slowdowns of the per-round ratio up to 2 % are tolerated (see docs/gate.md)."""
+DEFAULT_ABS_THRESHOLD = 0.10
+"""Secondary metric (absolute µs): only warned about, above 10 % (clocks and co-tenants move it)."""
+DEFAULT_CONFIDENCE = 0.95
+DEFAULT_RESAMPLES = 2000
+SEED = 0
+MIN_SAMPLES = 5
+"""Fewer rounds than this cannot give a meaningful test; the gate refuses them."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The comparison of one metric of one record: current run vs baseline.
+
+    Attributes:
+        record: result record name (e.g. ``"flashrepro"``).
+        metric: ``"ratio"`` (per-round ratio vs torch-flash, primary) or ``"us"`` (µs).
+        n_baseline, n_current: sample sizes (rounds).
+        baseline_median, current_median: sample medians (unitless ratio, or µs).
+        change: ``current_median / baseline_median - 1`` (+0.05 = 5 % slower).
+        ci_low, ci_high: bounds of the two-sided ``confidence`` bootstrap interval of ``change``.
+        p_value: one-sided Mann-Whitney U p-value, H1: current > baseline · (1 + threshold).
+        threshold: the slowdown tolerated before a comparison can be ``slower``.
+        confidence: two-sided confidence level of the interval.
+        slower: both conditions of the rule hold (see the module docstring).
+    """
+
+    record: str
+    metric: str
+    n_baseline: int
+    n_current: int
+    baseline_median: float
+    current_median: float
+    change: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    threshold: float
+    confidence: float
+    slower: bool
+
+    @property
+    def inconclusive(self) -> bool:
+        """Not flagged, but the interval reaches above the threshold: too noisy to clear."""
+        return not self.slower and self.ci_high > self.threshold
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "inconclusive": self.inconclusive}
+
+
+def _relative_median_change(c: np.ndarray, b: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(c, axis=axis) / np.median(b, axis=axis) - 1.0
+
+
+def _checked(values: Sequence[float], name: str) -> np.ndarray:
+    a = np.asarray(values, dtype=np.float64)
+    if a.ndim != 1 or a.size < MIN_SAMPLES:
+        raise ValueError(f"{name} must be a flat list of at least {MIN_SAMPLES} values, got "
+                         f"shape {a.shape}")
+    if not np.all(np.isfinite(a)) or np.any(a <= 0):
+        raise ValueError(f"{name} must hold finite values > 0 (times or time ratios)")
+    return a
+
+
+def compare(current: Sequence[float], baseline: Sequence[float], *, record: str, metric: str,
+            threshold: float = DEFAULT_THRESHOLD, confidence: float = DEFAULT_CONFIDENCE,
+            n_resamples: int = DEFAULT_RESAMPLES, seed: int = SEED) -> Comparison:
+    """Apply the decision rule to one metric of one record.
+
+    Args:
+        current: the current run's per-round values (> 0, larger = slower), at least 5.
+        baseline: the baseline's per-round values, same unit, at least 5.
+        record: record name, carried into the result.
+        metric: ``"ratio"`` or ``"us"``, carried into the result.
+        threshold: tolerated relative slowdown, in [0, 1) (0.02 = 2 %).
+        confidence: two-sided level of the bootstrap interval, in (0.5, 1); the Mann-Whitney
+            level is ``(1 - confidence) / 2``, one-sided.
+        n_resamples: bootstrap resamples.
+        seed: seed of the resampling (fixed: same samples, same verdict).
+
+    Returns:
+        A :class:`Comparison`.
+
+    Raises:
+        ValueError: fewer than 5 values, a value that is not finite and > 0, a threshold
+            outside [0, 1) or a confidence outside (0.5, 1).
+    """
+    c, b = _checked(current, "current"), _checked(baseline, "baseline")
+    if not 0 <= threshold < 1:
+        raise ValueError(f"threshold must be in [0, 1) (0.02 = 2 %), got {threshold}")
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
+    change = float(_relative_median_change(c, b))
+    if np.all(c == c[0]) and np.all(b == b[0]):
+        ci_low = ci_high = change  # no spread at all: the bootstrap has nothing to resample
+    else:
+        ci = stats.bootstrap((c, b), _relative_median_change, vectorized=True, paired=False,
+                             n_resamples=n_resamples, confidence_level=confidence,
+                             method="percentile", rng=np.random.default_rng(seed)
+                             ).confidence_interval
+        ci_low, ci_high = float(ci.low), float(ci.high)
+    p_value = float(stats.mannwhitneyu(c, b * (1.0 + threshold), alternative="greater").pvalue)
+    slower = ci_low > threshold and p_value < (1.0 - confidence) / 2
+    return Comparison(record=record, metric=metric, n_baseline=b.size, n_current=c.size,
+                      baseline_median=float(np.median(b)), current_median=float(np.median(c)),
+                      change=change, ci_low=ci_low, ci_high=ci_high, p_value=p_value,
+                      threshold=threshold, confidence=confidence, slower=slower)

@@ -1,0 +1,403 @@
+"""The performance gate on synthetic samples (CPU): decision rule, baselines, exit codes, output.
+
+Synthetic runs come from :mod:`flashrepro.gate.simulate` (article-config means, per-round noise
+with heavy tails, drift shared by the kernels of a round, run-to-run machine factors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from flashrepro.cli import COMMANDS
+from flashrepro.gate import ExitCode, ResultsError, check, command, compare, update_baseline
+from flashrepro.gate.baseline import SCHEMA, problem_key
+from flashrepro.gate.inject import ENV_VAR, requested
+from flashrepro.gate.simulate import (
+    Noise,
+    results_from_rounds,
+    synthetic_env,
+    synthetic_results,
+    synthetic_rounds,
+)
+from flashrepro.gate.stats import DEFAULT_THRESHOLD
+
+ARTICLE_KEY = "b2-h16-q1024-k1024-d128-float16-causal"
+SLOW_PROPERTY = settings(max_examples=15, deadline=None,
+                         suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def _run(seed: int, slowdown: float = 0.0, round_cv: float = 0.01, rounds: int = 100,
+         env: dict | None = None, records: tuple[str, ...] = ("flashrepro",)) -> dict:
+    return synthetic_results(np.random.default_rng(seed), rounds=rounds, slowdown=slowdown,
+                             noise=Noise(round_cv=round_cv), env=env, records=records)
+
+
+def _scaled(results: dict, names: tuple[str, ...], factor: float) -> dict:
+    """``results`` with the round medians of ``names`` multiplied by ``factor``."""
+    rounds = {r["name"]: [x * (factor if r["name"] in names else 1.0)
+                          for x in r["round_medians_us"]] for r in results["records"]}
+    return results_from_rounds(rounds, results["env"])
+
+
+@pytest.fixture
+def baseline_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "baselines"
+    update_baseline(_run(seed=1), d)
+    return d
+
+
+# -- decision rule ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", [2, 3, 4])
+def test_equal_distributions_pass(baseline_dir: Path, seed: int) -> None:
+    v = check(_run(seed), baseline_dir)
+    assert v.status == "pass" and v.exit_code == ExitCode.PASS
+    (c,) = v.comparisons
+    assert c.record == "flashrepro" and c.metric == "ratio" and not c.slower
+    assert abs(c.change) < DEFAULT_THRESHOLD
+    assert c.ci_low < DEFAULT_THRESHOLD
+
+
+@pytest.mark.parametrize("seed", [5, 6, 7])
+def test_five_percent_slowdown_with_realistic_noise_fails(baseline_dir: Path, seed: int) -> None:
+    v = check(_run(seed, slowdown=0.05, round_cv=0.02), baseline_dir)
+    assert v.status == "regression" and v.exit_code == ExitCode.REGRESSION
+    (c,) = v.regressions
+    assert c.record == "flashrepro" and c.ci_low > DEFAULT_THRESHOLD and c.p_value < 0.025
+    assert 0.03 < c.change < 0.07
+
+
+def test_regression_of_one_record_among_several(tmp_path: Path) -> None:
+    records = ("flashrepro", "article-kernel")
+    update_baseline(_run(1, records=records), tmp_path)
+    slow = _scaled(_run(2, records=records), ("article-kernel",), 1.06)
+    v = check(slow, tmp_path)
+    assert v.exit_code == ExitCode.REGRESSION
+    assert [c.record for c in v.regressions] == ["article-kernel"]
+    assert {c.record for c in v.comparisons} == set(records)
+
+
+def test_faster_run_passes(baseline_dir: Path) -> None:
+    v = check(_run(8, slowdown=-0.10), baseline_dir)
+    assert v.exit_code == ExitCode.PASS
+    assert v.comparisons[0].change < -0.05
+
+
+def test_machine_slowdown_alone_is_only_a_warning(baseline_dir: Path) -> None:
+    """Every kernel 15 % slower (clocks, a busy machine): ratio unchanged, µs warned."""
+    slow = _scaled(_run(9), ("flashrepro", "torch-flash"), 1.15)
+    v = check(slow, baseline_dir)
+    assert v.exit_code == ExitCode.PASS
+    assert {c.record for c in v.secondary if c.slower} == {"flashrepro", "torch-flash"}
+    assert sum("absolute time" in w for w in v.warnings) == 2
+
+
+def _with_outlier(results: dict, record: str, index: int, factor: float) -> dict:
+    out = json.loads(json.dumps(results))
+    for r in out["records"]:
+        if r["name"] == record:
+            r["round_medians_us"][index] *= factor
+    return out
+
+
+@SLOW_PROPERTY
+@given(index=st.integers(0, 99), factor=st.sampled_from([0.05, 0.5, 3.0, 50.0]),
+       record=st.sampled_from(["flashrepro", "torch-flash"]))
+def test_one_outlier_round_does_not_flip_a_verdict(tmp_path_factory: pytest.TempPathFactory,
+                                                   index: int, factor: float,
+                                                   record: str) -> None:
+    d = tmp_path_factory.mktemp("b")
+    update_baseline(_run(1), d)
+    same, slow = _run(2), _run(3, slowdown=0.05)
+    assert check(same, d).exit_code == ExitCode.PASS
+    assert check(slow, d).exit_code == ExitCode.REGRESSION
+    assert check(_with_outlier(same, record, index, factor), d).exit_code == ExitCode.PASS
+    assert check(_with_outlier(slow, record, index, factor), d).exit_code == ExitCode.REGRESSION
+
+
+@SLOW_PROPERTY
+@given(factor=st.floats(0.5, 2.0), seed=st.integers(0, 2**16))
+def test_ratio_verdict_ignores_a_machine_wide_speed_factor(factor: float, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    base = synthetic_rounds(rng, rounds=30)
+    cur = synthetic_rounds(rng, rounds=30, slowdown=0.04)
+    ratio = {k: np.divide(v["flashrepro"], v["torch-flash"]) for k, v in
+             (("b", base), ("c", cur))}
+    a = compare(ratio["c"], ratio["b"], record="x", metric="ratio")
+    scaled = {k: np.asarray(v) * factor for k, v in cur.items()}
+    b = compare(scaled["flashrepro"] / scaled["torch-flash"], ratio["b"], record="x",
+                metric="ratio")
+    assert a.slower == b.slower
+    assert a.change == pytest.approx(b.change, rel=1e-9, abs=1e-12)
+
+
+@SLOW_PROPERTY
+@given(speedup=st.floats(0.0, 0.5), seed=st.integers(0, 2**16),
+       cv=st.sampled_from([0.005, 0.01, 0.02]))
+def test_a_run_no_slower_than_the_baseline_is_never_flagged(speedup: float, seed: int,
+                                                            cv: float) -> None:
+    rng = np.random.default_rng(seed)
+    base = 0.77 * (1 + cv * rng.standard_normal(50))
+    cur = base[rng.permutation(50)] * (1 - speedup)
+    c = compare(cur, base, record="x", metric="ratio")
+    assert not c.slower and c.change <= 1e-12
+
+
+@pytest.mark.parametrize("bad", [[1.0] * 4, [1.0, 2.0, float("nan"), 1.0, 1.0],
+                                 [1.0, 2.0, 0.0, 1.0, 1.0]])
+def test_compare_rejects_unusable_samples(bad: list[float]) -> None:
+    with pytest.raises(ValueError, match="current must"):
+        compare(bad, [1.0] * 10, record="x", metric="ratio")
+
+
+def test_compare_rejects_bad_threshold() -> None:
+    with pytest.raises(ValueError, match="threshold must be in"):
+        compare([1.0] * 10, [1.0] * 10, record="x", metric="ratio", threshold=1.5)
+
+
+# -- the rates the defaults were chosen for (simulation; recorded in reproduce/NOTES.md) -------
+
+@pytest.mark.parametrize("round_cv", [0.005, 0.01, 0.02])
+def test_simulated_false_alarms_and_detections(round_cv: float) -> None:
+    """One baseline, then 20 A/A runs and 20 runs with 5 % injected: 0 alarms, >= 19 caught."""
+    rng = np.random.default_rng(2026)
+    noise = Noise(round_cv=round_cv)
+
+    def ratios(slowdown: float) -> list[float]:
+        r = synthetic_rounds(rng, rounds=100, noise=noise, slowdown=slowdown)
+        return list(np.divide(r["flashrepro"], r["torch-flash"]))
+
+    base = ratios(0.0)
+    flagged = {s: sum(compare(ratios(s), base, record="flashrepro", metric="ratio").slower
+                      for _ in range(20)) for s in (0.0, 0.05)}
+    assert flagged[0.0] == 0
+    assert flagged[0.05] >= 19
+
+
+# -- baselines, environment, exit codes ------------------------------------------------------
+
+def test_no_baseline_exits_2_and_says_how_to_make_one(tmp_path: Path) -> None:
+    v = check(_run(1), tmp_path, results_path="reproduce/results/nvidia-h200/reproduce.json")
+    assert v.status == "no-baseline" and v.exit_code == ExitCode.NO_BASELINE
+    assert v.baseline_path == tmp_path / "nvidia-h200" / f"{ARTICLE_KEY}.json"
+    assert ("python -m flashrepro gate --results reproduce/results/nvidia-h200/reproduce.json "
+            "--update-baseline") in v.markdown
+    assert not v.comparisons
+
+
+def test_problem_key_of_the_article_config() -> None:
+    assert problem_key(_run(1)["problem"]) == ARTICLE_KEY
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("driver", "590.10.01"), ("torch", "2.12.0+cu130"), ("triton", "3.7.0"), ("cuda", "13.1"),
+    ("sm_count", 114),
+])
+def test_software_or_hardware_mismatch_exits_3(baseline_dir: Path, field: str,
+                                               value: object) -> None:
+    v = check(_run(2, env=synthetic_env(**{field: value})), baseline_dir)
+    assert v.status == "env-mismatch" and v.exit_code == ExitCode.ENV_MISMATCH
+    assert [(d.field, d.current) for d in v.env_differences] == [(field, value)]
+    assert not v.comparisons
+    assert field in v.markdown and str(value) in v.markdown
+    assert "--allow-env-mismatch" in v.markdown
+
+
+def test_image_digest_compared_only_when_both_have_one(tmp_path: Path) -> None:
+    update_baseline(_run(1, env=synthetic_env(image_digest="sha256:aaa")), tmp_path)
+    assert check(_run(2), tmp_path).exit_code == ExitCode.PASS
+    v = check(_run(2, env=synthetic_env(image_digest="sha256:bbb")), tmp_path)
+    assert v.exit_code == ExitCode.ENV_MISMATCH
+    assert [d.field for d in v.env_differences] == ["image_digest"]
+
+
+def test_unknown_driver_counts_as_a_difference(baseline_dir: Path) -> None:
+    v = check(_run(2, env=synthetic_env(driver=None)), baseline_dir)
+    assert v.exit_code == ExitCode.ENV_MISMATCH
+    assert [(d.field, d.baseline, d.current) for d in v.env_differences] == [
+        ("driver", "580.159.03", None)]
+
+
+def test_mismatched_gpu_key_in_the_baseline_file_is_refused(baseline_dir: Path) -> None:
+    """A baseline copied under another GPU's folder is not used to judge this GPU."""
+    src = baseline_dir / "nvidia-h200" / f"{ARTICLE_KEY}.json"
+    dst = baseline_dir / "nvidia-h100-80gb-hbm3" / src.name
+    dst.parent.mkdir()
+    dst.write_text(src.read_text())
+    v = check(_run(2, env=synthetic_env(gpu_key="nvidia-h100-80gb-hbm3")), baseline_dir)
+    assert v.exit_code == ExitCode.ENV_MISMATCH
+    assert ("gpu_key", "nvidia-h200", "nvidia-h100-80gb-hbm3") in [
+        (d.field, d.baseline, d.current) for d in v.env_differences]
+
+
+def test_timing_method_mismatch_exits_3(baseline_dir: Path) -> None:
+    r = _run(2)
+    r["method"]["calls_per_round"] = 50
+    v = check(r, baseline_dir)
+    assert v.exit_code == ExitCode.ENV_MISMATCH
+    assert [d.field for d in v.env_differences] == ["method.calls_per_round"]
+
+
+def test_allow_env_mismatch_compares_with_a_warning(baseline_dir: Path) -> None:
+    env = synthetic_env(torch="2.12.0+cu130")
+    v = check(_run(2, env=env), baseline_dir, allow_env_mismatch=True)
+    assert v.exit_code == ExitCode.PASS and v.comparisons
+    assert any("environment differs" in w and "torch: 2.11.0+cu130 -> 2.12.0+cu130" in w
+               for w in v.warnings)
+    v = check(_run(3, slowdown=0.05, env=env), baseline_dir, allow_env_mismatch=True)
+    assert v.exit_code == ExitCode.REGRESSION
+
+
+def test_update_baseline_writes_metadata_and_appends_history(tmp_path: Path) -> None:
+    first = _run(1)
+    first["env"]["git_commit"] = "a" * 40
+    update_baseline(first, tmp_path, threshold=0.025)
+    path = tmp_path / "nvidia-h200" / f"{ARTICLE_KEY}.json"
+    b1 = json.loads(path.read_text())
+    assert b1["schema"] == SCHEMA and b1["gpu_key"] == "nvidia-h200"
+    assert b1["problem_key"] == ARTICLE_KEY
+    for f in ("driver", "cuda", "torch", "triton", "image_digest", "sm_count"):
+        assert f in b1["env"]
+    assert b1["env"]["torch"] == "2.11.0+cu130" and b1["env"]["git_commit"] == "a" * 40
+    assert b1["method"]["calls_per_round"] == 10 and b1["method"]["rounds"] == 100
+    assert b1["gate"]["threshold"] == 0.025 and "Mann-Whitney" in b1["gate"]["rule"]
+    rec = {r["name"]: r["round_medians_us"] for r in first["records"]}
+    assert b1["records"]["torch-flash"]["round_medians_us"] == rec["torch-flash"]
+    assert b1["records"]["flashrepro"]["round_ratios"] == pytest.approx(
+        np.divide(rec["flashrepro"], rec["torch-flash"]).tolist(), rel=1e-12)
+    (h1,) = b1["history"]
+    assert h1["git_commit"] == "a" * 40
+    assert h1["median_ratio"]["flashrepro"] == pytest.approx(
+        np.median(np.divide(rec["flashrepro"], rec["torch-flash"])))
+    assert h1["median_us"]["torch-flash"] == pytest.approx(np.median(rec["torch-flash"]))
+
+    second = _run(2, slowdown=0.01, env=synthetic_env(torch="2.12.0+cu130"))
+    second["env"]["git_commit"] = "b" * 40
+    v = update_baseline(second, tmp_path)
+    assert v.status == "baseline-updated" and v.exit_code == ExitCode.PASS
+    assert [d.field for d in v.env_differences] == ["torch"]
+    b2 = json.loads(path.read_text())
+    assert b2["history"][0] == h1
+    assert [h["git_commit"] for h in b2["history"]] == ["a" * 40, "b" * 40]
+    assert b2["gate"]["threshold"] == 0.025  # kept from the previous baseline
+    assert b2["env"]["torch"] == "2.12.0+cu130"
+
+
+def test_drift_against_the_oldest_history_entry(tmp_path: Path) -> None:
+    update_baseline(_run(1), tmp_path)
+    update_baseline(_run(2, slowdown=0.015), tmp_path)
+    v = check(_run(3, slowdown=0.03), tmp_path)
+    (d,) = v.drift
+    assert d["record"] == "flashrepro" and d["history_entries"] == 2
+    assert 0.015 < d["change"] < 0.045
+    assert v.comparisons[0].change < d["change"]  # the newest baseline hides part of it
+    assert "**Drift**" in v.markdown
+
+
+@pytest.mark.parametrize(("mutate", "message"), [
+    (lambda r: r["records"].pop(), "no 'torch-flash' record"),
+    (lambda r: r["records"][0]["round_medians_us"].pop(), "per-round ratios need"),
+    (lambda r: r["env"].update(gpu=None), "saw no GPU"),
+    (lambda r: r["records"][0].update(name="other"), "none of the records"),
+    (lambda r: r.pop("problem"), "top-level keys"),
+])
+def test_unusable_results_are_refused(tmp_path: Path, mutate, message: str) -> None:
+    r = _run(1)
+    mutate(r)
+    with pytest.raises(ResultsError, match=message):
+        check(r, tmp_path)
+
+
+# -- output ------------------------------------------------------------------------------------
+
+def test_markdown_holds_the_table_of_what_got_slower(baseline_dir: Path) -> None:
+    v = check(_run(5, slowdown=0.05), baseline_dir)
+    md = v.markdown
+    assert "REGRESSION (exit 1)" in md and "**What got slower**" in md
+    c = v.regressions[0]
+    row = next(line for line in md.splitlines()
+               if line.startswith("| flashrepro ") and "REGRESSION" in line)
+    for text in (f"{c.baseline_median:.4f}", f"{c.current_median:.4f}", f"{c.change:+.2%}",
+                 f"[{c.ci_low:+.2%}, {c.ci_high:+.2%}]"):
+        assert text in row
+    assert "| record " in md and "CI of change" in md
+    assert "Mann-Whitney" in md
+
+
+def test_as_dict_is_json_ready(baseline_dir: Path) -> None:
+    d = json.loads(json.dumps(check(_run(5, slowdown=0.05), baseline_dir).as_dict()))
+    assert d["status"] == "regression" and d["exit_code"] == 1
+    assert d["comparisons"][0]["slower"] is True
+    assert d["settings"]["threshold"] == DEFAULT_THRESHOLD
+
+
+def cli_main(argv: list[str]) -> int:
+    """``python -m flashrepro gate ...`` (the gate's own parser: other commands not needed)."""
+    assert argv[0] == "gate" and COMMANDS["gate"][0] == command.__name__
+    parser = argparse.ArgumentParser(prog="flashrepro gate")
+    command.add_arguments(parser)
+    return command.run(parser.parse_args(argv[1:]))
+
+
+def _write(path: Path, results: dict) -> Path:
+    path.write_text(json.dumps(results))
+    return path
+
+
+def test_cli_exit_codes_summary_and_results(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    step = tmp_path / "step.md"
+    step.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    bdir = tmp_path / "baselines"
+    args = ["gate", "--baseline-dir", str(bdir)]
+    res = _write(tmp_path / "r.json", _run(1))
+    assert cli_main([*args, "--results", str(res)]) == ExitCode.NO_BASELINE
+    assert json.loads(res.read_text())["gate"]["status"] == "no-baseline"
+    assert cli_main([*args, "--results", str(res), "--update-baseline"]) == ExitCode.PASS
+    assert (bdir / "nvidia-h200" / f"{ARTICLE_KEY}.json").is_file()
+    slow = _write(tmp_path / "slow.json", _run(5, slowdown=0.05))
+    summary = tmp_path / "out" / "gate.md"
+    assert cli_main([*args, "--results", str(slow), "--summary", str(summary)]) == 1
+    assert "REGRESSION (exit 1)" in summary.read_text()
+    assert json.loads(slow.read_text())["gate"]["comparisons"][0]["slower"] is True
+    text = step.read_text()
+    assert text.startswith("earlier step\n") and "REGRESSION (exit 1)" in text
+    other = _write(tmp_path / "o.json", _run(2, env=synthetic_env(triton="3.7.0")))
+    assert cli_main([*args, "--results", str(other)]) == ExitCode.ENV_MISMATCH
+    assert cli_main([*args, "--results", str(other), "--allow-env-mismatch"]) == ExitCode.PASS
+    assert cli_main([*args, "--results", str(other), "--threshold", "0.5"]) == \
+        ExitCode.ENV_MISMATCH
+
+
+def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    r = _run(1)
+    r["records"].pop()
+    res = _write(tmp_path / "r.json", r)
+    assert cli_main(["gate", "--results", str(res)]) == ExitCode.BAD_INPUT
+    assert "torch-flash" in capsys.readouterr().err
+    assert cli_main(["gate", "--results", str(tmp_path / "missing.json")]) == ExitCode.BAD_INPUT
+    with pytest.raises(SystemExit):
+        cli_main(["gate", "--results", str(res), "--threshold", "3"])
+    assert "--threshold must be in [0, 1)" in capsys.readouterr().err
+
+
+# -- the slowdown test hook (its GPU part runs in reproduce/gpu/gate_experiment.py) ------------
+
+@pytest.mark.parametrize(("value", "expected"), [("", None), ("0", 0.0), ("0.05", 0.05)])
+def test_injection_variable(value: str, expected: float | None) -> None:
+    assert requested({ENV_VAR: value}) == expected
+    assert requested({}) is None
+
+
+@pytest.mark.parametrize("value", ["abc", "1.5", "-0.1"])
+def test_injection_variable_rejects_bad_values(value: str) -> None:
+    with pytest.raises(ValueError, match=ENV_VAR):
+        requested({ENV_VAR: value})
