@@ -31,6 +31,7 @@ from flashrepro.report import reproduce_markdown, reproduce_table
 
 SCHEMA = "flashrepro.results/1"
 RESULTS_DIR = env.REPO_ROOT / "reproduce" / "results"
+BASELINE_DIR = env.REPO_ROOT / "reproduce" / "baselines"
 
 
 def results_dir(out: Path | None, gpu_key: str) -> Path:
@@ -107,14 +108,21 @@ def _mma_sync_records(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=int, default=15, help="interleaved rounds (default 15)")
-    parser.add_argument("--calls", type=int, default=30, help="timed calls per kernel per round")
+    parser.add_argument("--rounds", type=int, default=100,
+                        help="interleaved rounds (default 100, as the gate experiment)")
+    parser.add_argument("--calls", type=int, default=10, help="timed calls per kernel per round")
     parser.add_argument("--out", type=Path, default=None,
                         help="results folder (default $FLASHREPRO_RESULTS_DIR or "
                              "reproduce/results/<gpu-key>)")
     parser.add_argument("--no-mma-sync", action="store_true",
                         help="skip the DISABLE_MMA_V3=1 (mma.sync path) rows on sm_90")
     parser.add_argument("--no-sass", action="store_true", help="skip the SASS table")
+    parser.add_argument("--gate", action="store_true",
+                        help="judge the run against reproduce/baselines/<gpu>/ (exit 0 pass, "
+                             "1 regression, 2 no baseline, 3 environment mismatch)")
+    parser.add_argument("--update-baseline", action="store_true",
+                        help="make this run the baseline of its GPU (appends to its history)")
+    parser.add_argument("--baseline-dir", type=Path, default=BASELINE_DIR)
     parser.add_argument("--child-json", type=Path, default=None, help=argparse.SUPPRESS)
 
 
@@ -158,14 +166,27 @@ def run(args: argparse.Namespace) -> int:
         "records": records,
     }
     if sass is not None:
-        results["sass"] = {k: v for k, v in sass.items() if k != "text"}
+        results["sass"] = {k: v for k, v in sass.items() if k not in ("text", "markdown")}
     out_dir = results_dir(args.out, environment["gpu"]["key"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "reproduce.json").write_text(json.dumps(results, indent=1) + "\n")
-    markdown = reproduce_markdown(results, sass_text=sass["markdown"] if sass else None)
-    (out_dir / "reproduce.md").write_text(markdown)
     print(reproduce_table(results))
     if sass is not None:
         print(sass["text"])
-    print(f"wrote {out_dir / 'reproduce.json'} and reproduce.md")
-    return 0
+    summary = reproduce_markdown(results, sass_text=sass["markdown"] if sass else None)
+    (out_dir / "reproduce.md").write_text(summary)
+    exit_code = 0
+    if args.gate or args.update_baseline:
+        from flashrepro.gate import check, update_baseline
+        verdict = (update_baseline(results, args.baseline_dir) if args.update_baseline
+                   else check(results, args.baseline_dir))
+        results["gate"] = verdict.as_dict()
+        summary += "\n" + verdict.markdown + "\n"
+        print(verdict.markdown)
+        exit_code = 0 if args.update_baseline else int(verdict.exit_code)
+    (out_dir / "reproduce.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out_dir / "summary.md").write_text(summary)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write(summary + "\n")
+    print(f"wrote reproduce.json, reproduce.md and summary.md under {out_dir}")
+    return exit_code
