@@ -5,7 +5,7 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
-[ -n "${GATE_ONLY:-}" ] || timeout 110 python3 -m flashrepro tune --write --calls 10 > "$W/tune.txt" 2>&1
+timeout 110 python3 -m flashrepro tune --write --calls 10 > "$W/tune.txt" 2>&1
 echo "tune rc=$?"; cp reproduce/tuned.json "$W/"; grep best "$W/tune.txt"
 timeout 60 python3 -m flashrepro reproduce --no-sass --out "$W" --update-baseline \
   --baseline-dir "$W/baselines" > "$W/reproduce.txt" 2>&1; echo "reproduce rc=$?"
