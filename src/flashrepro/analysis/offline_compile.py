@@ -70,6 +70,12 @@ class Target:
         """True where Triton lowers tl.dot to wgmma (sm_90 with MMA v3 on)."""
         return self.arch >= 90 and self.mma_v3
 
+    @property
+    def config_arch(self) -> int:
+        """The arch whose default launch config a launch here takes: on the mma.sync path of
+        sm_90 that of sm_80, whose code Triton then builds (``flashrepro.api._resolve_config``)."""
+        return self.arch if self.mma_v3 else min(self.arch, 80)
+
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("sm_80", 80), Target("sm_86", 86), Target("sm_89", 89), Target("sm_90", 90),
