@@ -165,7 +165,7 @@ def _table_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     out: list[list[Any]] = []
     for row in rows:
         counts = row["counts"]["classes"] if row["counts"] else None
-        smem = "" if counts is None else f"{row['shared_bytes'] / 1024:g} KiB"
+        smem = "" if counts is None else f"{row['shared_bytes'] / 1024:.1f} KiB"
         if row["skipped"]:
             status = row["skipped"]
         elif row["kind"] == "torch":
