@@ -20,9 +20,11 @@ test suite) ``@triton.jit`` kernels are interpreter objects that cannot be compi
 passes at compile time. Triton's on-disk cache (``~/.triton/cache``, its key includes
 ``DISABLE_MMA_V3``) makes repeated runs fast.
 
-Caveat: the arguments are recorded from a CPU-tensor call of the entry point. If the entry point
-ever chose different arguments on a GPU (e.g. TMA descriptors only on sm_90), the recorded call
-would not be the GPU's; today both entry points pass the same arguments on every device.
+Caveat: the arguments are recorded from the entry point's CPU path. Where that differs from its
+GPU path the recorded launch is the CPU path's. Today: :func:`flashrepro.api.attention` checks
+the device's arch before using TMA only on a GPU, so :mod:`flashrepro.analysis.sass` drops
+``tma`` from configs below sm_90 itself, and it guesses L2 as 50 MiB for its head grouping,
+which gives the GPU's value for the article problem (all 32 heads in one group).
 """
 
 from __future__ import annotations
@@ -36,9 +38,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from flashrepro.analysis.disasm import Resources, SassCounts, disassemble_cubin
 from flashrepro.bench.problem import Problem
@@ -64,6 +69,12 @@ class Target:
     def wgmma(self) -> bool:
         """True where Triton lowers tl.dot to wgmma (sm_90 with MMA v3 on)."""
         return self.arch >= 90 and self.mma_v3
+
+    @property
+    def config_arch(self) -> int:
+        """The arch whose default launch config a launch here takes: on the mma.sync path of
+        sm_90 that of sm_80, whose code Triton then builds (``flashrepro.api._resolve_config``)."""
+        return self.arch if self.mma_v3 else min(self.arch, 80)
 
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
@@ -219,7 +230,6 @@ def record_launch(variant: Variant, problem: Problem,
             when it was defined; use :func:`kernel_sass`), or the entry point did not launch it
             exactly once.
     """
-    import torch
     from triton.runtime.jit import JITFunction
 
     kernel = _resolve(variant.kernel)
@@ -338,8 +348,9 @@ def kernel_sass(specs: Sequence[KernelSpec], workers: int | None = None) -> list
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=_worker_env())
              for _ in chunks]
-    outputs = [p.communicate(json.dumps([s.to_json() for s in chunk]))
-               for p, chunk in zip(procs, chunks, strict=True)]
+    with ThreadPoolExecutor(len(procs)) as pool:  # feed and drain every worker at once
+        outputs = list(pool.map(lambda p, chunk: p.communicate(json.dumps(
+            [s.to_json() for s in chunk])), procs, chunks))
     by_spec: dict[KernelSpec, KernelSass] = {}
     for p, (out, err) in zip(procs, outputs, strict=True):
         if p.returncode != 0:

@@ -44,7 +44,8 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     """(variant, config, role) of one target's compiles: ``article`` and ``fwd`` at the article
     config, ``fwd`` at the production default config (one row when the two configs agree)."""
     arch = TARGETS[target].arch
-    default = default_config(problem.head_dim, problem.causal, problem.seqlen_q, arch)
+    default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
+                             TARGETS[target].config_arch)
     if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90
         default = dataclasses.replace(default, tma=False)
     if default == ARTICLE:
@@ -164,7 +165,7 @@ def _table_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
     out: list[list[Any]] = []
     for row in rows:
         counts = row["counts"]["classes"] if row["counts"] else None
-        smem = "" if counts is None else f"{row['shared_bytes'] / 1024:g} KiB"
+        smem = "" if counts is None else f"{row['shared_bytes'] / 1024:.1f} KiB"
         if row["skipped"]:
             status = row["skipped"]
         elif row["kind"] == "torch":
