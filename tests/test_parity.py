@@ -50,7 +50,8 @@ def check_parity(q, k, v, *, causal: bool, config: KernelConfig | str | None,
 
 # -- interpreter (CPU) matrix: small, every block shape class, ragged lengths --
 CPU_LENGTHS = [(1, 1), (17, 17), (1, 33), (33, 1), (47, 70), (70, 47), (64, 64)]
-CPU_CONFIGS = [KernelConfig(16, 16, 4, 1), KernelConfig(32, 16, 4, 1), KernelConfig(16, 32, 4, 1)]
+CPU_CONFIGS = [KernelConfig(16, 16, 4, 1), KernelConfig(32, 16, 4, 1), KernelConfig(16, 32, 4, 1),
+               KernelConfig(32, 16, 4, 1, tma=True)]
 
 
 @pytest.mark.skipif(HAS_GPU, reason="interpreter matrix; the GPU matrix covers this")
@@ -62,6 +63,17 @@ def test_interpreter_parity(d: int, lq: int, lk: int, causal: bool, config: Kern
                             device: torch.device) -> None:
     q, k, v = random_qkv(2, 2, lq, lk, d, torch.float16, device)
     check_parity(q, k, v, causal=causal, config=config)
+
+
+@pytest.mark.parametrize("heads_per_group", [1, 2, 3])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_head_groups(heads_per_group: int, causal: bool, device: torch.device,
+                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every (batch, head, query block) is computed once whatever the group size, including
+    a last group with fewer heads (B·H = 4 with groups of 3)."""
+    monkeypatch.setattr(flashrepro.api, "_heads_per_group", lambda *args: heads_per_group)
+    q, k, v = random_qkv(2, 2, 40, 40, 16, torch.float16, device)
+    check_parity(q, k, v, causal=causal, config=KernelConfig(16, 16, 4, 1))
 
 
 @pytest.mark.skipif(HAS_GPU, reason="interpreter matrix; the GPU matrix covers this")
@@ -119,3 +131,21 @@ def test_gpu_article_parity(d: int, lq: int, lk: int, causal: bool, dtype: torch
                             device: torch.device) -> None:
     q, k, v = random_qkv(2, 3, lq, lk, d, dtype, device)
     check_parity(q, k, v, causal=causal, config=flashrepro.ARTICLE, article=True)
+
+
+def _tuned_entries() -> list[tuple[str, KernelConfig]]:
+    from flashrepro.configs import _tuned_table
+    return sorted(_tuned_table().items())
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key,cfg", _tuned_entries(), ids=[k for k, _ in _tuned_entries()])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_gpu_tuned_table_parity(key: str, cfg: KernelConfig, dtype: torch.dtype,
+                                device: torch.device) -> None:
+    """Every config the default launch can pick (reproduce/tuned.json) passes parity, on its
+    bucket's length plus a ragged tail."""
+    _, d, mask, bucket = key.split("-")
+    length = int(bucket.removeprefix("l")) + 37
+    q, k, v = random_qkv(1, 2, length, length, int(d.removeprefix("d")), dtype, device)
+    check_parity(q, k, v, causal=mask == "causal", config=cfg)

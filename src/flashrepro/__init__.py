@@ -1,4 +1,4 @@
-"""flashrepro: a Triton FlashAttention-2 forward kernel with a reproducible SASS and timing analysis.
+"""flashrepro: a Triton FlashAttention-2 forward kernel with reproducible SASS and timing analysis.
 
 Public API: :func:`attention` (SDPA-compatible forward) and :class:`KernelConfig`.
 """

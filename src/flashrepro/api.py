@@ -13,6 +13,7 @@ from typing import Literal
 
 import torch
 import triton
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 from flashrepro.configs import ARTICLE, NAMED, KernelConfig, default_config
 from flashrepro.kernels.article import article_fwd_kernel
@@ -20,7 +21,7 @@ from flashrepro.kernels.fwd import attn_fwd_kernel
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
-MAX_GRID_YZ = 65535  # CUDA's limit on gridDim.y and gridDim.z (heads and batch here)
+MAX_PROGRAMS = 2**31 - 1  # CUDA's limit on gridDim.x (one program per head and query block)
 LOG2_E = 1.4426950408889634
 
 CausalAlignment = Literal["top_left", "bottom_right"]
@@ -82,8 +83,9 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     elif hk != h:
         raise ValueError(f"k and v must have q's head count H={h}, got {hk} (pass "
                          "enable_gqa=True for grouped-query attention)")
-    if h > MAX_GRID_YZ or b > MAX_GRID_YZ:
-        raise ValueError(f"batch B={b} and heads H={h} must each be at most {MAX_GRID_YZ}")
+    if b * h * q.shape[2] > MAX_PROGRAMS * 16:
+        raise ValueError(f"B·H·Lq = {b * h * q.shape[2]} query rows exceed the launch limit of "
+                         f"{MAX_PROGRAMS} programs of at least 16 rows")
     if scale is not None and not (math.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be a finite number >= 0, got {scale}")
     if causal_alignment not in ("top_left", "bottom_right"):
@@ -101,10 +103,41 @@ def _resolve_config(config: KernelConfig | str | None, head_dim: int, causal: bo
         if device.type == "cuda":
             major, minor = torch.cuda.get_device_capability(device)
             arch = 10 * major + minor
+            if arch >= 90 and os.environ.get("DISABLE_MMA_V3", "0") not in ("", "0"):
+                arch = 80  # Triton then builds the sm_80 (mma.sync) code: take its choice
         return default_config(head_dim, causal, seqlen_q, arch)
     if config in NAMED:
         return NAMED[config]
     raise ValueError(f"config must be a KernelConfig or one of {sorted(NAMED)}, got {config!r}")
+
+
+def _tma_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+            lk: int) -> bool:
+    """Whether Hopper's TMA can address all four tensors: sm_90+ (or the interpreter), a
+    contiguous last dim, 16-byte aligned base and strides, no zero strides, Lk >= 1."""
+    if lk < 1:
+        return False
+    if q.device.type == "cuda" and torch.cuda.get_device_capability(q.device)[0] < 9:
+        return False
+    for t in (q, k, v, o):
+        if t.stride(-1) != 1 or t.data_ptr() % 16:
+            return False
+        if any(s == 0 or (s * t.element_size()) % 16 for s in t.stride()[:-1]):
+            return False
+    return True
+
+
+def _heads_per_group(bh: int, lk: int, d: int, q: torch.Tensor) -> int:
+    """(Batch, head) pairs per scheduling group: as many as have K and V in half of L2.
+
+    The kernel runs a group's query blocks heaviest first across its heads; see the program
+    order comment in :mod:`flashrepro.kernels.fwd`. Off a GPU (interpreter) L2 is taken as
+    50 MiB, the H100/H200 figure's order of magnitude.
+    """
+    l2_bytes = (torch.cuda.get_device_properties(q.device).L2_cache_size
+                if q.device.type == "cuda" else 50 * 2**20)
+    kv_bytes_per_head = 2 * max(lk, 1) * d * q.element_size()
+    return max(1, min(bh, (l2_bytes // 2) // kv_bytes_per_head))
 
 
 def _check_out(out: torch.Tensor | None, q: torch.Tensor) -> torch.Tensor:
@@ -167,14 +200,26 @@ def attention(
     cfg = _resolve_config(config, d, causal, lq, q.device)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     causal_offset = lk - lq if causal_alignment == "bottom_right" else 0
-    grid = (triton.cdiv(lq, cfg.block_m), h, b)
+    if k.stride() != v.stride():  # the kernel reads K and V with one set of tile offsets
+        k, v = k.contiguous(), v.contiguous()
+    block_d = max(16, triton.next_power_of_2(d))
+    use_tma = cfg.tma and _tma_ok(q, k, v, o, lk)
+    if use_tma:
+        q_arg, o_arg = (TensorDescriptor.from_tensor(t, [1, 1, cfg.block_m, block_d])
+                        for t in (q, o))
+        k_arg, v_arg = (TensorDescriptor.from_tensor(t, [1, 1, cfg.block_n, block_d])
+                        for t in (k, v))
+    else:
+        q_arg, k_arg, v_arg, o_arg = q, k, v, o
+    grid = (b * h * triton.cdiv(lq, cfg.block_m),)
     try:
         attn_fwd_kernel[grid](
-            q, k, v, o, lse,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(), lse.stride(0), lse.stride(1),
-            h // k.shape[1], lq, lk, causal_offset, sm_scale * LOG2_E,
-            HEAD_DIM=d, BLOCK_D=max(16, triton.next_power_of_2(d)),
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, STORE_LSE=return_lse,
+            q_arg, k_arg, v_arg, o_arg, lse,
+            *q.stride(), *k.stride(), *o.stride(), lse.stride(0), lse.stride(1),
+            b, h, h // k.shape[1], _heads_per_group(b * h, lk, d, q), lq, lk, causal_offset,
+            sm_scale * LOG2_E,
+            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            CAUSAL=causal, STORE_LSE=return_lse, USE_TMA=use_tma,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )
     except triton.runtime.errors.OutOfResources as exc:

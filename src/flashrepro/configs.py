@@ -7,9 +7,13 @@ per program (``num_warps``) and the software-pipelining depth (``num_stages``).
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 _VALID_BLOCKS = (16, 32, 64, 128, 256)
+TUNED_TABLE = Path(__file__).resolve().parents[2] / "reproduce" / "tuned.json"
 
 
 @dataclass(frozen=True)
@@ -21,6 +25,9 @@ class KernelConfig:
         block_n: key/value rows per inner-loop step (BLOCK_N), a power of two in 16..256.
         num_warps: warps per program (Triton ``num_warps``), a power of two in 1..16.
         num_stages: software-pipelining depth of the K/V loads (Triton ``num_stages``), 1..8.
+        tma: load Q, K, V and store O through Hopper's tensor memory accelerator (4-D tensor
+            descriptors; sm_90+, and inputs whose strides are 16-byte multiples). Where TMA
+            cannot be used the launch falls back to pointer loads.
 
     Raises:
         ValueError: if a field breaks the rule stated above.
@@ -30,6 +37,7 @@ class KernelConfig:
     block_n: int
     num_warps: int
     num_stages: int
+    tma: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n"):
@@ -41,12 +49,13 @@ class KernelConfig:
         if not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be in 1..8, got {self.num_stages}")
 
-    def as_dict(self) -> dict[str, int]:
+    def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
 
     def label(self) -> str:
-        """Short text such as ``64x64 w4 s3`` (BLOCK_M x BLOCK_N, warps, stages)."""
-        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}"
+        """Short text such as ``64x64 w4 s3 tma`` (BLOCK_M x BLOCK_N, warps, stages, flags)."""
+        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}" + (
+            " tma" * self.tma)
 
 
 ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
@@ -59,22 +68,48 @@ The article does not state num_stages; 3 is Triton's tutorial default and what
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE}
 
 
+def length_bucket(seqlen_q: int) -> int:
+    """The power of two nearest ``seqlen_q`` from below, clamped to 512..16384 (table buckets)."""
+    bucket = 512
+    while bucket * 2 <= seqlen_q and bucket < 16384:
+        bucket *= 2
+    return bucket
+
+
+def table_key(arch: int, head_dim: int, causal: bool, bucket: int) -> str:
+    """Key of the tuned table, e.g. ``sm90-d128-causal-l1024``."""
+    return f"sm{arch}-d{head_dim}-{'causal' if causal else 'full'}-l{bucket}"
+
+
+@functools.cache
+def _tuned_table() -> dict[str, KernelConfig]:
+    if not TUNED_TABLE.exists():
+        return {}
+    return {k: KernelConfig(**v) for k, v in json.loads(TUNED_TABLE.read_text()).items()}
+
+
 def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None) -> KernelConfig:
     """The configuration the default launch uses (no tuning at call time).
 
+    Looks up the committed table ``reproduce/tuned.json`` (written by ``python -m flashrepro
+    tune`` on the GPU it describes) by arch, head dim (padded to a power of two), causal and
+    :func:`length_bucket`; off the table, a rule that fits every arch's shared memory.
+
     Args:
-        head_dim: D of the problem (after padding to a power of two).
+        head_dim: D of the problem.
         causal: whether the causal mask applies.
         seqlen_q: query length Lq, in rows.
         arch: compute capability as an int (``90`` for sm_90), or ``None`` when unknown
             (interpreter mode).
 
     Returns:
-        A :class:`KernelConfig` that fits the arch's shared memory and registers.
+        A :class:`KernelConfig`.
     """
-    del causal, seqlen_q, arch  # the tuned table (reproduce/tuned.json) replaces this rule
-    if head_dim <= 64:
-        return KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
-    if head_dim <= 128:
+    padded = max(16, 1 << (head_dim - 1).bit_length())
+    if arch is not None:
+        key = table_key(arch, padded, causal, length_bucket(seqlen_q))
+        if key in _tuned_table():
+            return _tuned_table()[key]
+    if padded <= 128:
         return KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
     return KernelConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)

@@ -26,7 +26,8 @@ def _git_commit() -> str | None:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                              text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("GITHUB_SHA")
+        # a copy of the tree without .git (a container, a remote runner): take it from CI
+        return os.environ.get("FLASHREPRO_GIT_COMMIT") or os.environ.get("GITHUB_SHA")
     return out.stdout.strip() or None
 
 

@@ -77,14 +77,14 @@ def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[fl
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     torch.cuda.synchronize()
-    for start, end in zip(starts, ends):
+    for start, end in zip(starts, ends, strict=True):
         flush.zero_()
         torch.cuda._sleep(SLEEP_CYCLES)
         start.record()
         fn()
         end.record()
     torch.cuda.synchronize()
-    return [1e3 * s.elapsed_time(e) for s, e in zip(starts, ends)]
+    return [1e3 * s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
 def time_graph(fn: Callable[[], object], calls: int, replays: int) -> list[float]:
@@ -132,12 +132,3 @@ def interleaved_rounds(fns: dict[str, Callable[[], object]], rounds: int,
             out[name].append(statistics.median(samples))
     return out
 
-
-def attention_flops(b: int, h: int, lq: int, lk: int, d: int, causal: bool) -> float:
-    """Forward FLOPs of attention: 2 matmuls x 2·B·H·Lq·Lk·D, halved when causal.
-
-    The halving is the usual convention (FlashAttention-2's benchmarks and the H200 table in
-    ``../shared/ARTICLE.md``: 8.59 GFLOP for the article config), exact only for Lq = Lk → ∞.
-    """
-    flops = 4.0 * b * h * lq * lk * d
-    return flops / 2 if causal else flops

@@ -17,7 +17,8 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import flashrepro
-from flashrepro.bench.timing import attention_flops, interleaved_rounds
+from flashrepro.bench.problem import Problem
+from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.env import capture, nvml_clocks
 from flashrepro.gate.baseline import FLASHREPRO_RECORDS, REFERENCE_RECORD
 from flashrepro.gate.inject import apply_from_env
@@ -90,8 +91,7 @@ def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, ro
     clocks_before = nvml_clocks()
     rounds_us = interleaved_rounds(fns, rounds, calls_per_round)
     clocks_after = nvml_clocks()
-    flops = attention_flops(problem["batch"], problem["heads"], problem["seqlen_q"],
-                            problem["seqlen_k"], problem["head_dim"], problem["causal"])
+    flops = Problem(**problem).flops()
     ref = rounds_us.get(REFERENCE_RECORD)
     records = []
 

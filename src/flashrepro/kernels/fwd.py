@@ -48,20 +48,25 @@ def _load_tile(ptrs, rows, n_rows, offs_d, HEAD_DIM: tl.constexpr, BLOCK_D: tl.c
 
 
 @triton.jit
-def _attn_stage(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
+def _attn_stage(acc, l_i, m_i, q, K, V, kv_offs, stride_n, off_b, off_hkv,
                 offs_m, offs_d, lo, hi, seqlen_k, causal_offset, qk_scale,
                 BLOCK_N: tl.constexpr, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                CAUSAL: tl.constexpr, MASKED: tl.constexpr):
+                CAUSAL: tl.constexpr, MASKED: tl.constexpr, USE_TMA: tl.constexpr):
+    # K and V are either tensor descriptors (USE_TMA: the copy engine loads whole tiles and
+    # fills rows past Lk with zeros) or base pointers of this (batch, kv head) plus the
+    # loop-invariant tile offsets `kv_offs` (rows x stride_n + columns x stride_d, int32),
+    # shared by K and V, which have equal strides.
     offs_n = tl.arange(0, BLOCK_N)
-    # k_ptrs / v_ptrs point at key row 0 of this (batch, head); move them to `lo`.
-    # Pointer arithmetic is 64-bit, so long sequences with large strides stay in range.
-    k_ptrs += lo * stride_kn
-    v_ptrs += lo * stride_vn
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_kn = start_n + offs_n
         # -- compute qk = Q·Kᵀ (BLOCK_M x BLOCK_N, fp32) --
-        k = _load_tile(k_ptrs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, MASKED)
+        if USE_TMA:
+            k = K.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        else:
+            # 64-bit row offset: start_n x stride can pass 2^31 on long sequences.
+            k_ptrs = K + start_n.to(tl.int64) * stride_n + kv_offs
+            k = _load_tile(k_ptrs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, MASKED)
         qk = tl.dot(q, tl.trans(k))
         # -- update m_i (running max, base-2 units) --
         if MASKED:
@@ -85,55 +90,81 @@ def _attn_stage(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         # -- acc += P·V --
-        v = _load_tile(v_ptrs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, MASKED)
+        if USE_TMA:
+            v = V.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
+        else:
+            v_ptrs = V + start_n.to(tl.int64) * stride_n + kv_offs
+            v = _load_tile(v_ptrs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, MASKED)
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_ij
-        k_ptrs += BLOCK_N * stride_kn
-        v_ptrs += BLOCK_N * stride_vn
     return acc, l_i, m_i
 
 
-@triton.jit
+# Lengths and the causal offset are never specialised: Triton would turn a value of 1 into a
+# constant, and with seqlen_k = 1 and causal_offset = 0 both constant, ptxas of triton 3.6 crashes
+# (segfault) on the 128x32, 4-warp, 2-stage sm_90 build. One binary per config also saves compiles.
+@triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "causal_offset"])
 def attn_fwd_kernel(
     Q, K, V, O, LSE,
     stride_qb, stride_qh, stride_qm, stride_qd,
     stride_kb, stride_kh, stride_kn, stride_kd,
-    stride_vb, stride_vh, stride_vn, stride_vd,
     stride_ob, stride_oh, stride_om, stride_od,
     stride_lb, stride_lh,
-    kv_group, seqlen_q, seqlen_k, causal_offset, qk_scale,
+    num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
+    qk_scale,
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, STORE_LSE: tl.constexpr,
+    USE_TMA: tl.constexpr,
 ):
-    """Grid: (cdiv(Lq, BLOCK_M), H, B). O is (B, H, Lq, HEAD_DIM); LSE is (B, H, Lq) fp32.
+    """Grid: (B·H·cdiv(Lq, BLOCK_M),), one program per (batch, head, query block).
 
+    O is (B, H, Lq, HEAD_DIM); LSE is (B, H, Lq) fp32. Q, K, V, O are base pointers, or with
+    ``USE_TMA`` 4-D tensor descriptors over the (B, H, L, D) tensors with block shapes
+    [1, 1, BLOCK_M or BLOCK_N, BLOCK_D]. K and V share strides (the launcher checks it).
     ``qk_scale`` is sm_scale·log2(e), so that exp2(qk·qk_scale) = exp(qk·sm_scale).
     ``kv_group`` = H / H_kv query heads share one key/value head (GQA; 1 for plain MHA).
+    ``heads_per_group``: see the program order below.
     """
-    # Heaviest query blocks first: under a causal mask the last query block has the most
-    # keys, so starting it early shortens the tail of the launch.
-    start_m = tl.num_programs(0) - 1 - tl.program_id(0)
-    off_h = tl.program_id(1)
-    off_b = tl.program_id(2)
+    # Program order. CUDA starts programs in grid order. (Batch, head) pairs are taken in
+    # groups of `heads_per_group`, chosen by the launcher so that one group's K and V fit in
+    # half of L2; inside a group the heads vary fastest and the query blocks go heaviest
+    # first. Under a causal mask query block m does m + 1 key blocks of work, so every head's
+    # longest blocks start in the first wave and the short ones fill the tail
+    # (longest-processing-time-first), while the programs running at once share their K/V
+    # in L2. Measured on the H200: reproduce/NOTES.md, experiment 4.
+    num_m = tl.cdiv(seqlen_q, BLOCK_M)
+    pid = tl.program_id(0)
+    group = pid // (heads_per_group * num_m)
+    first_hb = group * heads_per_group
+    heads_here = tl.minimum(heads_per_group, num_heads * num_batch - first_hb)
+    rank = pid - group * heads_per_group * num_m
+    start_m = num_m - 1 - rank // heads_here
+    off_hb = first_hb + rank % heads_here
+    off_b = off_hb // num_heads
+    off_h = off_hb % num_heads
     off_hkv = off_h // kv_group
-    # int64 base offsets: B·H·L·D can exceed 2^31 elements.
-    q_base = Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
-    k_base = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
-    v_base = V + off_b.to(tl.int64) * stride_vb + off_hkv.to(tl.int64) * stride_vh
-    o_base = O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, BLOCK_D)
-    q_ptrs = q_base + offs_m.to(tl.int64)[:, None] * stride_qm + offs_d[None, :] * stride_qd
-    k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
-    v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :] * stride_vd
+    if USE_TMA:
+        q = Q.load([off_b, off_h, start_m * BLOCK_M, 0]).reshape(BLOCK_M, BLOCK_D)
+        k_src = K
+        v_src = V
+        kv_offs = 0
+    else:
+        # int64 base offsets: B·H·L·D can exceed 2^31 elements.
+        q_ptrs = (Q + off_b.to(tl.int64) * stride_qb + off_h.to(tl.int64) * stride_qh
+                  + offs_m.to(tl.int64)[:, None] * stride_qm + offs_d[None, :] * stride_qd)
+        q = _load_tile(q_ptrs, offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
+        k_src = K + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
+        v_src = V + off_b.to(tl.int64) * stride_kb + off_hkv.to(tl.int64) * stride_kh
+        kv_offs = offs_n[:, None] * stride_kn + offs_d[None, :] * stride_kd
 
     m_i = tl.full([BLOCK_M], float("-inf"), dtype=tl.float32)
     l_i = tl.zeros([BLOCK_M], dtype=tl.float32)
     acc = tl.zeros([BLOCK_M, BLOCK_D], dtype=tl.float32)
-    q = _load_tile(q_ptrs, offs_m, seqlen_q, offs_d, HEAD_DIM, BLOCK_D, True)
 
     # -- split the key range [0, Lk) into the unmasked and the masked stage --
     # Keys [0, full_end) are whole BLOCK_N blocks inside Lk; under the causal mask, only
@@ -144,23 +175,29 @@ def attn_fwd_kernel(
         first_row_limit = start_m * BLOCK_M + causal_offset + 1  # keys visible to row 0
         full_end = tl.minimum(full_end, tl.maximum(first_row_limit, 0) // BLOCK_N * BLOCK_N)
         hi = tl.minimum(hi, tl.maximum(first_row_limit + BLOCK_M - 1, 0))
-    acc, l_i, m_i = _attn_stage(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
-                                offs_m, offs_d, 0, full_end, seqlen_k, causal_offset, qk_scale,
-                                BLOCK_N, HEAD_DIM, BLOCK_D, CAUSAL, False)
-    acc, l_i, m_i = _attn_stage(acc, l_i, m_i, q, k_ptrs, v_ptrs, stride_kn, stride_vn,
-                                offs_m, offs_d, full_end, hi, seqlen_k, causal_offset, qk_scale,
-                                BLOCK_N, HEAD_DIM, BLOCK_D, CAUSAL, True)
+    acc, l_i, m_i = _attn_stage(acc, l_i, m_i, q, k_src, v_src, kv_offs, stride_kn,
+                                off_b, off_hkv, offs_m, offs_d, 0, full_end, seqlen_k,
+                                causal_offset, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, CAUSAL,
+                                False, USE_TMA)
+    acc, l_i, m_i = _attn_stage(acc, l_i, m_i, q, k_src, v_src, kv_offs, stride_kn,
+                                off_b, off_hkv, offs_m, offs_d, full_end, hi, seqlen_k,
+                                causal_offset, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, CAUSAL,
+                                True, USE_TMA)
 
     # -- epilogue: normalise once; rows that saw no key (possible only with a bottom-right
     # causal offset and Lq > Lk) get output 0 and LSE -inf, as FlashAttention-2 defines --
     l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    o = acc / l_safe[:, None]
-    o_ptrs = o_base + offs_m.to(tl.int64)[:, None] * stride_om + offs_d[None, :] * stride_od
-    if HEAD_DIM == BLOCK_D:
-        tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=offs_m[:, None] < seqlen_q)
+    o = (acc / l_safe[:, None]).to(q.dtype)
+    if USE_TMA:
+        # The copy engine drops rows past Lq and columns past HEAD_DIM.
+        O.store([off_b, off_h, start_m * BLOCK_M, 0], o.reshape(1, 1, BLOCK_M, BLOCK_D))
     else:
-        tl.store(o_ptrs, o.to(O.dtype.element_ty),
-                 mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
+        o_ptrs = (O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
+                  + offs_m.to(tl.int64)[:, None] * stride_om + offs_d[None, :] * stride_od)
+        if HEAD_DIM == BLOCK_D:
+            tl.store(o_ptrs, o, mask=offs_m[:, None] < seqlen_q)
+        else:
+            tl.store(o_ptrs, o, mask=(offs_m[:, None] < seqlen_q) & (offs_d[None, :] < HEAD_DIM))
     if STORE_LSE:
         # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
         lse = (m_i + tl.math.log2(l_i)) * 0.6931471805599453

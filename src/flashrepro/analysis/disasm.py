@@ -1,0 +1,176 @@
+"""Disassemble with Triton's bundled ``cuobjdump`` and count SASS instructions by opcode and class.
+
+The tool is the one Triton itself uses (``triton.knobs.nvidia.cuobjdump``: the binary shipped in
+Triton's wheel under ``triton/backends/nvidia/bin``, or ``$TRITON_CUOBJDUMP_PATH``), so no CUDA
+toolkit is needed. An *opcode* is the mnemonic with its modifiers as cuobjdump prints it
+(``HMMA.16816.F32``, ``LDSM.16.MT88.4``); a *class* groups opcodes the way the article does
+(seed ``000_5de0d8ad12f287ab.txt``): see :data:`CLASSES`.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import triton
+
+_ADDR_PRED = r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d)\s+)?"  # /*0a10*/ [@!P0 | @UPT]
+_INSTRUCTION = re.compile(_ADDR_PRED + r"([A-Z][A-Za-z0-9_.]*)")
+_BACKWARD_BRANCH = re.compile(_ADDR_PRED + r"BRA(?:\.[A-Z.]+)?\s+0x([0-9a-f]+)")
+_EXIT = re.compile(_ADDR_PRED + r"EXIT\b")
+_RESOURCES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
+
+_ASYNC_COPIES = ("LDGSTS", "UTMALDG", "UTMASTG", "UTMAPF", "UTMAREDG",
+                 "UBLKCP", "UBLKPF", "UBLKRED")
+
+
+def _mnemonic(opcode: str) -> str:
+    return opcode.split(".", 1)[0]
+
+
+CLASSES: dict[str, Callable[[str], bool]] = {
+    "HMMA": lambda op: _mnemonic(op) == "HMMA",  # mma.sync tensor-core MMA (sm_80+)
+    "HGMMA": lambda op: _mnemonic(op) == "HGMMA",  # wgmma, warpgroup MMA (sm_90)
+    "LDSM": lambda op: _mnemonic(op) == "LDSM" and ".MT" not in op,  # ldmatrix
+    "LDSM.MT": lambda op: _mnemonic(op) == "LDSM" and ".MT" in op,  # ldmatrix .trans
+    "LDS": lambda op: _mnemonic(op) == "LDS",  # plain shared-memory loads
+    "STS": lambda op: _mnemonic(op) in ("STS", "STSM"),  # shared stores (STSM: stmatrix)
+    "LDG": lambda op: _mnemonic(op) == "LDG",  # global loads into registers
+    "STG": lambda op: _mnemonic(op) == "STG",  # global stores
+    "ASYNC": lambda op: _mnemonic(op) in _ASYNC_COPIES,  # cp.async (LDGSTS), TMA, bulk copies
+    "MUFU.EX2": lambda op: op.startswith("MUFU.EX2"),  # exp2 on the special-function unit
+    "BAR": lambda op: _mnemonic(op) == "BAR",  # CTA barriers
+    "LDL": lambda op: _mnemonic(op) == "LDL",  # local-memory loads: register spills
+    "STL": lambda op: _mnemonic(op) == "STL",  # local-memory stores: register spills
+}
+"""Instruction classes, in table order. ``ASYNC`` holds the asynchronous global->shared copies:
+``LDGSTS`` (cp.async, sm_80+), ``UTMALDG``/``UTMASTG``/``UTMAPF``/``UTMAREDG`` (TMA, sm_90) and
+``UBLKCP``/``UBLKPF``/``UBLKRED`` (bulk copies). ``LDL``/``STL`` are register spills."""
+
+CLASS_NAMES: tuple[str, ...] = (*CLASSES, "total")
+
+
+@dataclass(frozen=True)
+class SassCounts:
+    """Static instruction counts of one kernel function.
+
+    Attributes:
+        opcodes: instructions per full opcode (``{"HMMA.16816.F32": 256, ...}``), sorted by name.
+        classes: instructions per class of :data:`CLASSES`, plus ``total`` (every instruction
+            in the listing, padding ``NOP``\\s included).
+        loop_classes: the same classes counted only inside loop bodies (the address ranges
+            closed by a backward branch), so per-iteration work can be told from the
+            prologue and epilogue.
+    """
+
+    opcodes: dict[str, int]
+    classes: dict[str, int]
+    loop_classes: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Resources:
+    """``cuobjdump -res-usage`` of one function: registers per thread; bytes of stack, static
+    shared memory and local memory (spill space) per thread block / thread as cuobjdump reports."""
+
+    registers: int
+    stack_bytes: int
+    static_shared_bytes: int
+    local_bytes: int
+
+
+def cuobjdump(args: Sequence[str | Path], timeout_s: float = 600.0) -> str:
+    """Run Triton's cuobjdump with ``args`` and return its stdout.
+
+    Raises:
+        RuntimeError: Triton's cuobjdump is missing (``triton.knobs.nvidia.cuobjdump``), or it
+            exits non-zero (the message carries its stderr).
+    """
+    exe = triton.knobs.nvidia.cuobjdump.path
+    proc = subprocess.run([exe, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout_s, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"cuobjdump {' '.join(map(str, args))} failed ({proc.returncode}): "
+                           f"{proc.stderr.strip()[:2000]}")
+    return proc.stdout
+
+
+def tool_versions() -> dict[str, str]:
+    """Versions of the bundled tools that shape the SASS: ptxas (codegen) and cuobjdump."""
+    nv = triton.knobs.nvidia
+    return {"ptxas": nv.ptxas.version, "cuobjdump": nv.cuobjdump.version}
+
+
+def _classify(ops: Counter[str]) -> dict[str, int]:
+    out = {name: sum(n for op, n in ops.items() if pred(op)) for name, pred in CLASSES.items()}
+    out["total"] = sum(ops.values())
+    return out
+
+
+def loop_ranges(sass: str) -> list[tuple[int, int]]:
+    """Loop bodies of a one-function cuobjdump listing: address ranges ``[target, branch]`` of
+    every backward ``BRA`` that lies before the function's last ``EXIT``.
+
+    Branches after the last EXIT belong to out-of-line blocks (e.g. the retry of an mbarrier
+    wait on sm_90, which jumps back into the code it left) and to the padding self-branch;
+    they close no loop.
+    """
+    exits = [int(m.group(1), 16) for m in _EXIT.finditer(sass)]
+    end = max(exits, default=-1)
+    ranges = []
+    for m in _BACKWARD_BRANCH.finditer(sass):
+        addr, target = int(m.group(1), 16), int(m.group(2), 16)
+        if target < addr < end:
+            ranges.append((target, addr))
+    return ranges
+
+
+def count_sass(sass: str) -> SassCounts:
+    """Count the instructions of a cuobjdump ``-sass`` listing of ONE function.
+
+    Args:
+        sass: cuobjdump's text (``/*addr*/  [@pred] OPCODE operands ;`` lines).
+
+    Raises:
+        ValueError: the text holds no instruction.
+    """
+    instructions = [(int(m.group(1), 16), m.group(2)) for m in _INSTRUCTION.finditer(sass)]
+    if not instructions:
+        raise ValueError("the cuobjdump listing holds no SASS instruction")
+    loops = loop_ranges(sass)
+    ops = Counter(op for _, op in instructions)
+    in_loops = Counter(op for a, op in instructions if any(lo <= a <= hi for lo, hi in loops))
+    return SassCounts(opcodes=dict(sorted(ops.items())), classes=_classify(ops),
+                      loop_classes=_classify(in_loops))
+
+
+def parse_resources(text: str) -> Resources:
+    """Parse the first ``REG:.. STACK:.. SHARED:.. LOCAL:..`` line of ``cuobjdump -res-usage``.
+
+    Raises:
+        ValueError: no resource line in ``text``.
+    """
+    m = _RESOURCES.search(text)
+    if m is None:
+        raise ValueError("no 'REG:.. STACK:.. SHARED:.. LOCAL:..' line in cuobjdump -res-usage")
+    return Resources(*(int(g) for g in m.groups()))
+
+
+def disassemble_cubin(cubin: bytes, workdir: Path) -> tuple[SassCounts, Resources]:
+    """Counts and resource usage of a single-function cubin (what Triton compiles).
+
+    Args:
+        cubin: the ELF bytes (``CompiledKernel.asm["cubin"]``).
+        workdir: an existing directory for the temporary ``.cubin`` file.
+
+    Raises:
+        RuntimeError, ValueError: see :func:`cuobjdump` and :func:`count_sass`.
+    """
+    path = workdir / "kernel.cubin"
+    path.write_bytes(cubin)
+    text = cuobjdump(["-res-usage", "-sass", path])
+    return count_sass(text), parse_resources(text)

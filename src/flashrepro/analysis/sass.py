@@ -1,0 +1,249 @@
+"""``python -m flashrepro sass``: SASS counts per arch — flashrepro, the article, torch — vs golden.
+
+For every target arch it compiles the ``article`` and ``fwd`` variants at the article's launch
+config and ``fwd`` at the production default config, without a GPU
+(:mod:`flashrepro.analysis.offline_compile`), counts torch's own FlashAttention-2 forward kernel
+where a CUDA build of torch is at hand (:mod:`flashrepro.analysis.torch_sass`), and prints one
+table per arch: each kernel's counts by class, the analytic model's prediction
+(:mod:`flashrepro.analysis.model`), the article's published numbers
+(``reproduce/article.toml``) and a status (:mod:`flashrepro.analysis.rows`). Every Triton count
+(classes, opcodes, registers, shared memory) is compared with the golden file
+(:mod:`flashrepro.analysis.golden`); any drift exits 1 with a readable diff, ``--update``
+rewrites the file.
+
+Library use: :func:`sass_report` returns the whole report as a JSON-ready dict, with the tables
+rendered under ``text`` and ``markdown`` (``python -m flashrepro reproduce`` embeds it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import tabulate
+import torch
+import triton
+
+from flashrepro.analysis import golden
+from flashrepro.analysis.disasm import CLASS_NAMES, tool_versions
+from flashrepro.analysis.offline_compile import TARGETS, KernelSass, KernelSpec, kernel_sass
+from flashrepro.analysis.rows import published_counts, torch_rows, triton_row
+from flashrepro.analysis.torch_sass import installed_library
+from flashrepro.bench.problem import Problem, load_article
+from flashrepro.configs import ARTICLE, KernelConfig, default_config
+
+SCHEMA = "flashrepro.sass/1"
+
+
+def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str]]:
+    """(variant, config, role) of one target's compiles: ``article`` and ``fwd`` at the article
+    config, ``fwd`` at the production default config (one row when the two configs agree)."""
+    arch = TARGETS[target].arch
+    default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
+                             TARGETS[target].config_arch)
+    if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90
+        default = dataclasses.replace(default, tma=False)
+    if default == ARTICLE:
+        return [("article", ARTICLE, "article config"),
+                ("fwd", ARTICLE, "article config = production default")]
+    return [("article", ARTICLE, "article config"), ("fwd", ARTICLE, "article config"),
+            ("fwd", default, "production default")]
+
+
+def specs_for(targets: Sequence[str], problem: Problem) -> list[KernelSpec]:
+    """The compiles of a report, per target (see :func:`_configs`)."""
+    return [KernelSpec(v, c, t, problem) for t in targets for v, c, _ in _configs(t, problem)]
+
+
+def _role(spec: KernelSpec) -> str:
+    return next(r for v, c, r in _configs(spec.target, spec.problem)
+                if (v, c) == (spec.variant, spec.config))
+
+
+def _check_targets(archs: Sequence[str] | None) -> list[str]:
+    targets = list(archs or TARGETS)
+    unknown = [a for a in targets if a not in TARGETS]
+    if unknown:
+        raise ValueError(f"archs must be among {list(TARGETS)}, got {unknown}")
+    return targets
+
+
+def sass_report(archs: Sequence[str] | None = None, torch_lib: Path | None = None,
+                golden_path: Path | None = None, workers: int | None = None,
+                update: bool = False) -> dict[str, Any]:
+    """Compile, count, model and compare: the whole SASS report as a JSON-ready dict.
+
+    Args:
+        archs: target names from :data:`flashrepro.analysis.offline_compile.TARGETS`
+            (``sm_80``, ``sm_86``, ``sm_89``, ``sm_90``, ``sm_90-mma.sync``; default: all).
+        torch_lib: a CUDA build's ``libtorch_cuda.so``; default: the installed torch's, if it
+            is a CUDA build (else the torch rows are skipped, saying so).
+        golden_path: the golden file (default: ``reproduce/golden/sass-triton-<ver>.json``).
+        workers: parallel compile processes (default: CPU count).
+        update: first rewrite the golden file's entries for ``archs`` with this run's counts.
+
+    Returns:
+        ``{"schema": "flashrepro.sass/1", "triton", "torch", "torch_lib", "tools", "problem",
+        "golden": {"path", "ok", "diff": [{"target", "kernel", "lines"}]},
+        "targets": {name: {"wgmma": bool, "rows": [row, ...]}}, "text", "markdown"}``.
+        ``text``/``markdown``: the tables. A row has ``name``, ``kind`` ("triton" |
+        "torch"), ``variant``, ``role``, ``config``, ``counts`` (``classes``,
+        ``loop_classes``, ``opcodes`` of the classes; None when skipped), ``registers``
+        (per thread), ``shared_bytes`` (per launch), ``mma_layouts``, ``cubin_arch``,
+        ``golden`` ("ok" | "drift" | "new"; None for torch), ``skipped`` (reason or None),
+        ``model`` and ``published`` (each ``{"counts", "status", "notes"}``; status "match" |
+        "match-in-loops" | "mismatch" | "n/a"; ``published`` None where the article has no
+        number).
+
+    Raises:
+        ValueError: an unknown arch name.
+        FileNotFoundError: ``reproduce/article.toml`` or ``torch_lib`` is missing.
+        RuntimeError: a compile or cuobjdump failed.
+    """
+    targets = _check_targets(archs)
+    if torch_lib is not None and not torch_lib.is_file():
+        raise FileNotFoundError(f"torch_lib: no such file: {torch_lib}")
+    problem, published = load_article()
+    numbers = published_counts(published)
+    path = golden_path or golden.default_path()
+    results = kernel_sass(specs_for(targets, problem), workers)
+    library = torch_lib or installed_library()
+    by_target = torch_rows(targets, library, numbers)
+    if update:
+        header = {"triton": triton.__version__, "tools": tool_versions(),
+                  "problem": problem.as_dict()}
+        golden.write(path, golden.build(results, golden.load(path), header))
+    diffs = golden.compare(golden.load(path), results, targets)
+    report: dict[str, Any] = {
+        "schema": SCHEMA, "triton": triton.__version__, "torch": torch.__version__,
+        "torch_lib": None if library is None else str(library),
+        "tools": tool_versions(), "problem": problem.as_dict(),
+        "golden": {"path": str(path), "ok": not diffs,
+                   "diff": [{"target": t, "kernel": k, "lines": lines}
+                            for (t, k), lines in sorted(diffs.items())]},
+        "targets": {name: {"wgmma": TARGETS[name].wgmma,
+                           "rows": [_triton_row(r, diffs, numbers)
+                                    for r in results if r.spec.target == name]
+                           + by_target[name]}
+                    for name in targets},
+    }
+    report["text"] = format_tables(report)
+    report["markdown"] = format_tables(report, markdown=True)
+    return report
+
+
+def _triton_row(result: KernelSass, diffs: dict[tuple[str, str], list[str]],
+                numbers: dict[str, dict[str, int]]) -> dict[str, Any]:
+    lines = diffs.get((result.spec.target, golden.kernel_key(result)))
+    status = "ok" if lines is None else "new" if lines == [golden.NOT_IN_GOLDEN] else "drift"
+    return triton_row(result, status, _role(result.spec), numbers)
+
+
+# --------------------------------------------------------------------------------------------
+# Rendering
+# --------------------------------------------------------------------------------------------
+
+_SHORT = {"match": "= count", "match-in-loops": "= count in loop bodies",
+          "mismatch": "MISMATCH", "n/a": "not modelled"}
+
+
+def _cells(counts: dict[str, int] | None) -> list[Any]:
+    return [("" if counts is None else counts.get(c, "")) for c in CLASS_NAMES]
+
+
+def _status(entry: dict[str, Any]) -> str:
+    text = _SHORT[entry["status"]]
+    return f"{text}: {'; '.join(entry['notes'])}" if entry["notes"] else text
+
+
+def _table_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    out: list[list[Any]] = []
+    for row in rows:
+        counts = row["counts"]["classes"] if row["counts"] else None
+        smem = "" if counts is None else f"{row['shared_bytes'] / 1024:.1f} KiB"
+        if row["skipped"]:
+            status = row["skipped"]
+        elif row["kind"] == "torch":
+            status = f"{row['role']}; cubin {row['cubin_arch']}"
+        else:
+            status = f"golden {row['golden']}; {row['role']}"
+        out.append([row["name"], *_cells(counts), row["registers"] or "", smem, status])
+        if row["model"]["counts"] is not None or (row["model"]["notes"] and not row["skipped"]):
+            out.append(["└ model", *_cells(row["model"]["counts"]), "", "",
+                        _status(row["model"])])
+        if row["published"] is not None:
+            out.append(["└ article (seed 000)", *_cells(row["published"]["counts"]), "", "",
+                        _status(row["published"]) if counts else ""])
+    return out
+
+
+def format_tables(report: dict[str, Any], markdown: bool = False) -> str:
+    """One table per arch of a :func:`sass_report` dict: plain text with the status column
+    wrapped, or GitHub markdown."""
+    headers = ["kernel", *CLASS_NAMES, "regs", "smem", "status"]
+    torch_side = report["torch_lib"] or f"torch {report['torch']} (no CUDA library)"
+    parts = [f"SASS static counts: triton {report['triton']} (ptxas {report['tools']['ptxas']}); "
+             f"torch kernel from {torch_side}; problem {report['problem']}"]
+    for name, block in report["targets"].items():
+        title = f"{name} ({'wgmma' if block['wgmma'] else 'mma.sync'})"
+        table = tabulate.tabulate(
+            _table_rows(block["rows"]), headers=headers,
+            tablefmt="github" if markdown else "simple",
+            maxcolwidths=None if markdown else [None] * (len(headers) - 1) + [56])
+        parts.append(f"### {title}\n\n{table}" if markdown else f"{title}\n{table}")
+    g = report["golden"]
+    parts.append(f"golden file {g['path']}: " + ("every count matches" if g["ok"] else
+                                                 f"{len(g['diff'])} kernel(s) drifted"))
+    return "\n\n".join(parts) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--arch", action="append", choices=list(TARGETS), dest="archs",
+                        help="target to compile for (repeatable; default: all of "
+                             f"{', '.join(TARGETS)})")
+    parser.add_argument("--update", action="store_true",
+                        help="rewrite the golden file with this run's counts (targets run only)")
+    parser.add_argument("--golden", type=Path, default=None,
+                        help="golden file (default: reproduce/golden/sass-triton-<version>.json)")
+    parser.add_argument("--torch-lib", type=Path, default=None,
+                        help="libtorch_cuda.so of a CUDA build of torch (default: the installed "
+                             "torch's, if it is a CUDA build)")
+    parser.add_argument("--markdown", type=Path, default=None,
+                        help="also write the tables as GitHub markdown to this file")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the report (without the rendered tables) as JSON")
+    parser.add_argument("--workers", type=int, default=None,
+                        help="parallel compile processes (default: CPU count)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the tables; exit 1 on drift against the golden file (0 after ``--update``)."""
+    if args.torch_lib is not None and not args.torch_lib.is_file():
+        print(f"--torch-lib: no such file: {args.torch_lib}", file=sys.stderr)
+        return 2
+    if args.workers is not None and args.workers < 1:
+        print(f"--workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
+    report = sass_report(args.archs, args.torch_lib, args.golden, args.workers, args.update)
+    if args.update:
+        print(f"wrote {report['golden']['path']}")
+    print(report["text"])
+    if args.markdown:
+        args.markdown.write_text(report["markdown"])
+    if args.json:
+        data = {k: v for k, v in report.items() if k not in ("text", "markdown")}
+        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    if not report["golden"]["ok"]:
+        print(golden.format_diff(report["golden"]["diff"], Path(report["golden"]["path"])),
+              file=sys.stderr)
+        return 1
+    return 0

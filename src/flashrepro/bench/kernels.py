@@ -1,0 +1,75 @@
+"""The kernels a benchmark compares, by name: flashrepro's and torch SDPA's backends.
+
+Each entry builds a zero-argument callable over fixed inputs, so the timer sees only the call.
+Torch's backends are forced one at a time with ``torch.nn.attention.sdpa_kernel``: on an H200,
+torch 2.11's default SDPA picks cuDNN, not flash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+import flashrepro
+from flashrepro.configs import ARTICLE, KernelConfig
+
+Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+TORCH_BACKENDS = {
+    "torch-flash": SDPBackend.FLASH_ATTENTION,
+    "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
+    "torch-efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+FLASHREPRO = {
+    "flashrepro": "the production kernel, per-arch default config",
+    "flashrepro-article-config": "the production kernel at the article's 64x64, 4 warps",
+    "article-kernel": "the frozen article kernel (kernels/article.py), 64x64, 4 warps",
+}
+DESCRIPTIONS = {
+    **FLASHREPRO,
+    "torch-flash": "torch SDPA, flash backend (FlashAttention-2)",
+    "torch-cudnn": "torch SDPA, cuDNN backend",
+    "torch-efficient": "torch SDPA, memory-efficient backend",
+}
+
+
+def make_call(name: str, inputs: Inputs, causal: bool,
+              config: KernelConfig | None = None) -> Callable[[], torch.Tensor]:
+    """A callable running kernel ``name`` on ``inputs`` (q, k, v), each (B, H, L, D).
+
+    Args:
+        name: a key of :data:`DESCRIPTIONS`.
+        inputs: q, k, v CUDA tensors.
+        causal: top-left causal mask (SDPA's ``is_causal``).
+        config: overrides the launch config of ``flashrepro`` (sweeps, tuning).
+
+    Raises:
+        KeyError: unknown ``name``.
+    """
+    q, k, v = inputs
+    out = torch.empty_like(q)
+    if name == "flashrepro":
+        return lambda: flashrepro.attention(q, k, v, causal=causal, config=config, out=out)
+    if name == "flashrepro-article-config":
+        return lambda: flashrepro.attention(q, k, v, causal=causal, config=ARTICLE, out=out)
+    if name == "article-kernel":
+        return lambda: flashrepro.article_attention(q, k, v, causal=causal, out=out)
+    backend = TORCH_BACKENDS[name]
+
+    def call() -> torch.Tensor:
+        with sdpa_kernel(backend):
+            return sdpa(q, k, v, is_causal=causal)
+    return call
+
+
+def available(name: str, inputs: Inputs, causal: bool) -> str | None:
+    """None if kernel ``name`` runs on these inputs here, else the reason (one line)."""
+    try:
+        make_call(name, inputs, causal)()
+        torch.cuda.synchronize()
+    except RuntimeError as exc:
+        return str(exc).splitlines()[0]
+    return None

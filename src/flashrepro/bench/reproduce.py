@@ -1,0 +1,192 @@
+"""``python -m flashrepro reproduce``: the article run.
+
+On a CUDA GPU: checks every kernel's output against a float32 reference, times flashrepro and
+torch SDPA's flash, cuDNN and efficient backends at the article config in interleaved rounds
+(:mod:`flashrepro.bench.timing`), optionally repeats the flashrepro rows on the mma.sync path
+(``DISABLE_MMA_V3=1``, in a child process: Triton reads it at compile time), and writes
+``reproduce.json`` and ``reproduce.md`` under ``reproduce/results/<gpu-key>/``. Everywhere: the
+SASS table. Without a GPU the timing part is one line, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flashrepro import env
+from flashrepro.bench import kernels as K
+from flashrepro.bench.problem import Problem, load_article
+from flashrepro.bench.timing import Summary, interleaved_rounds
+from flashrepro.configs import ARTICLE, default_config
+from flashrepro.report import reproduce_markdown, reproduce_table
+
+SCHEMA = "flashrepro.results/1"
+RESULTS_DIR = env.REPO_ROOT / "reproduce" / "results"
+BASELINE_DIR = env.REPO_ROOT / "reproduce" / "baselines"
+
+
+def results_dir(out: Path | None, gpu_key: str) -> Path:
+    """Where results go: ``--out``, else $FLASHREPRO_RESULTS_DIR, else reproduce/results/<gpu>."""
+    if out is not None:
+        return out
+    if os.environ.get("FLASHREPRO_RESULTS_DIR"):
+        return Path(os.environ["FLASHREPRO_RESULTS_DIR"])
+    return RESULTS_DIR / gpu_key
+
+
+def check_outputs(problem: Problem, names: list[str], inputs: K.Inputs) -> dict[str, float]:
+    """Max |o - ref| of each kernel against a float32 reference on the timing inputs."""
+    q, k, v = inputs
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=problem.causal)
+    return {name: (K.make_call(name, inputs, problem.causal)().float() - ref).abs().max().item()
+            for name in names}
+
+
+def measure(problem: Problem, names: list[str], rounds: int, calls: int,
+            suffix: str = "") -> list[dict[str, Any]]:
+    """Time ``names`` on ``problem`` in interleaved rounds; one record per kernel.
+
+    Returns records with per-round medians (µs), their summary, TFLOP/s of the median, the
+    ratio to ``torch-flash`` (median of per-round ratios) and the max error vs float32.
+    Kernels that cannot run here (e.g. a torch backend unsupported on this GPU) get a record
+    with ``skipped`` set to the reason.
+    """
+    inputs = problem.inputs()
+    skipped = {n: r for n in names if (r := K.available(n, inputs, problem.causal))}
+    runnable = [n for n in names if n not in skipped]
+    errors = check_outputs(problem, runnable, inputs)
+    fns = {n: K.make_call(n, inputs, problem.causal) for n in runnable}
+    per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=calls)
+    peer = per_round.get("torch-flash")
+    records = []
+    for name in names:
+        rec: dict[str, Any] = {"name": name + suffix, "description": K.DESCRIPTIONS[name]}
+        if name in skipped:
+            records.append({**rec, "skipped": skipped[name]})
+            continue
+        summary = Summary.of(per_round[name])
+        rec.update(summary.as_dict(keep_samples=False))
+        rec["round_medians_us"] = per_round[name]
+        rec["tflops"] = problem.flops() / (summary.median_us * 1e-6) / 1e12
+        rec["max_abs_err"] = errors[name]
+        if peer is not None:
+            ratios = [a / b for a, b in zip(per_round[name], peer, strict=True)]
+            rec["ratio_vs_torch_flash"] = statistics.median(ratios)
+            rec["ratio_rounds"] = ratios
+        if name == "flashrepro":
+            rec["config"] = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
+                                           _arch()).as_dict()
+        elif name in ("flashrepro-article-config", "article-kernel"):
+            rec["config"] = ARTICLE.as_dict()
+        records.append(rec)
+    return records
+
+
+def _arch() -> int:
+    major, minor = torch.cuda.get_device_capability()
+    return 10 * major + minor
+
+
+def _mma_sync_records(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The flashrepro rows and torch flash, re-timed in a child with ``DISABLE_MMA_V3=1``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "child.json"
+        cmd = [sys.executable, "-m", "flashrepro", "reproduce", "--child-json", str(path),
+               "--rounds", str(args.rounds), "--calls", str(args.calls), "--no-sass"]
+        subprocess.run(cmd, check=True, env={**os.environ, "DISABLE_MMA_V3": "1"})
+        return json.loads(path.read_text())
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rounds", type=int, default=100,
+                        help="interleaved rounds (default 100, as the gate experiment)")
+    parser.add_argument("--calls", type=int, default=10, help="timed calls per kernel per round")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results folder (default $FLASHREPRO_RESULTS_DIR or "
+                             "reproduce/results/<gpu-key>)")
+    parser.add_argument("--no-mma-sync", action="store_true",
+                        help="skip the DISABLE_MMA_V3=1 (mma.sync path) rows on sm_90")
+    parser.add_argument("--no-sass", action="store_true", help="skip the SASS table")
+    parser.add_argument("--gate", action="store_true",
+                        help="judge the run against reproduce/baselines/<gpu>/ (exit 0 pass, "
+                             "1 regression, 2 no baseline, 3 environment mismatch)")
+    parser.add_argument("--update-baseline", action="store_true",
+                        help="make this run the baseline of its GPU (appends to its history)")
+    parser.add_argument("--baseline-dir", type=Path, default=BASELINE_DIR)
+    parser.add_argument("--child-json", type=Path, default=None, help=argparse.SUPPRESS)
+
+
+def run(args: argparse.Namespace) -> int:
+    problem, published = load_article()
+    if args.child_json is not None:  # the mma.sync child: flashrepro rows + torch flash only
+        names = [*K.FLASHREPRO, "torch-flash"]
+        records = measure(problem, names, args.rounds, args.calls, suffix=" (mma.sync)")
+        args.child_json.write_text(json.dumps(records))
+        return 0
+    sass = None
+    if not args.no_sass:
+        from flashrepro.analysis.sass import sass_report
+        sass = sass_report()
+    if not torch.cuda.is_available():
+        print("reproduce: timing needs a CUDA GPU (torch sees none); SASS table only.")
+        if sass is not None:
+            print(sass["text"])
+        return 0
+    environment = env.capture()
+    clocks_before = env.nvml_clocks()
+    records = measure(problem, [*K.FLASHREPRO, *K.TORCH_BACKENDS], args.rounds, args.calls)
+    if not args.no_mma_sync and _arch() >= 90:
+        records += _mma_sync_records(args)
+    results = {
+        "schema": SCHEMA,
+        "kind": "reproduce",
+        "env": environment,
+        "clocks_before": clocks_before,
+        "clocks_after": env.nvml_clocks(),
+        "problem": problem.as_dict(),
+        "published": published,
+        "method": {
+            "timer": "cuda-events per call (flashrepro.bench.timing.time_calls)",
+            "l2": "flushed before every call (256 MiB buffer zeroed)",
+            "launch": "GPU busy-wait queued before each call hides host launch overhead",
+            "statistic": "median of per-round medians; ratio = median of per-round ratios",
+            "rounds": args.rounds,
+            "calls_per_round": args.calls,
+        },
+        "records": records,
+    }
+    if sass is not None:
+        results["sass"] = {k: v for k, v in sass.items() if k not in ("text", "markdown")}
+    out_dir = results_dir(args.out, environment["gpu"]["key"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    print(reproduce_table(results))
+    if sass is not None:
+        print(sass["text"])
+    summary = reproduce_markdown(results, sass_text=sass["markdown"] if sass else None)
+    (out_dir / "reproduce.md").write_text(summary)
+    exit_code = 0
+    if args.gate or args.update_baseline:
+        from flashrepro.gate import check, update_baseline
+        verdict = (update_baseline(results, args.baseline_dir) if args.update_baseline
+                   else check(results, args.baseline_dir))
+        results["gate"] = verdict.as_dict()
+        summary += "\n" + verdict.markdown + "\n"
+        print(verdict.markdown)
+        exit_code = 0 if args.update_baseline else int(verdict.exit_code)
+    (out_dir / "reproduce.json").write_text(json.dumps(results, indent=1) + "\n")
+    (out_dir / "summary.md").write_text(summary)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write(summary + "\n")
+    print(f"wrote reproduce.json, reproduce.md and summary.md under {out_dir}")
+    return exit_code

@@ -1,0 +1,136 @@
+"""``python -m flashrepro bench``: the L x D x causal x dtype sweep against torch's backends.
+
+Every point has H = 16 and B·L = 16384 tokens (the shape of the cuDNN figures in issue 7).
+Each point times flashrepro (its per-arch default config), torch flash and torch cuDNN in
+interleaved rounds (:mod:`flashrepro.bench.timing`) and reports TFLOP/s of the medians.
+Outputs under ``reproduce/results/<gpu-key>/``: ``bench.json``, ``bench.md`` (tabulate) and
+``bench.png`` (matplotlib: TFLOP/s vs L, one line per kernel, one panel per D x causal x dtype).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+from tabulate import tabulate
+
+from flashrepro import env
+from flashrepro.bench import kernels as K
+from flashrepro.bench.problem import Problem
+from flashrepro.bench.reproduce import SCHEMA, results_dir
+from flashrepro.bench.timing import interleaved_rounds
+
+KERNELS = ["flashrepro", "torch-flash", "torch-cudnn"]
+
+
+def sweep_problems(lengths: list[int], head_dims: list[int], dtypes: list[str],
+                   tokens: int) -> list[Problem]:
+    """Every (L, D, causal, dtype) point with H = 16 and B = tokens / L."""
+    return [Problem(batch=max(1, tokens // length), heads=16, seqlen_q=length, seqlen_k=length,
+                    head_dim=d, dtype=dtype, causal=causal)
+            for dtype, d, causal, length in itertools.product(dtypes, head_dims, (False, True),
+                                                              lengths)]
+
+
+def measure_point(problem: Problem, rounds: int, calls: int) -> dict[str, Any]:
+    """TFLOP/s of each kernel at one point (median over rounds of per-round medians)."""
+    inputs = problem.inputs()
+    skipped = {n: r for n in KERNELS if (r := K.available(n, inputs, problem.causal))}
+    fns = {n: K.make_call(n, inputs, problem.causal) for n in KERNELS if n not in skipped}
+    per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=calls)
+    point: dict[str, Any] = {"problem": problem.as_dict(), "skipped": skipped, "kernels": {}}
+    for name, samples in per_round.items():
+        us = statistics.median(samples)
+        point["kernels"][name] = {"median_us": us, "round_medians_us": samples,
+                                  "tflops": problem.flops() / (us * 1e-6) / 1e12}
+    return point
+
+
+def table(points: list[dict[str, Any]], fmt: str) -> str:
+    """One row per point: TFLOP/s per kernel and flashrepro's ratio to cuDNN's TFLOP/s."""
+    rows = []
+    for pt in points:
+        p, ks = pt["problem"], pt["kernels"]
+        tf = {n: ks[n]["tflops"] if n in ks else None for n in KERNELS}
+        gap = (f"{tf['flashrepro'] / tf['torch-cudnn']:.2f}"
+               if tf["flashrepro"] and tf["torch-cudnn"] else "n/a")
+        rows.append([p["dtype"], p["head_dim"], "yes" if p["causal"] else "no", p["seqlen_q"],
+                     p["batch"], *(f"{v:.0f}" if v else "n/a" for v in tf.values()), gap])
+    headers = ["dtype", "D", "causal", "L", "B", *(f"{n} TFLOP/s" for n in KERNELS),
+               "flashrepro / cuDNN"]
+    return tabulate(rows, headers, tablefmt=fmt)
+
+
+def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
+    """TFLOP/s vs L, one line per kernel, one panel per (dtype, D, causal)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(p["problem"]["dtype"], p["problem"]["head_dim"], p["problem"]["causal"])
+                     for p in points})
+    cols = 4
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax, (dtype, d, causal) in zip(axes.flat, panels, strict=False):
+        sel = [p for p in points if (p["problem"]["dtype"], p["problem"]["head_dim"],
+                                     p["problem"]["causal"]) == (dtype, d, causal)]
+        for name in KERNELS:
+            xs = [p["problem"]["seqlen_q"] for p in sel if name in p["kernels"]]
+            ys = [p["kernels"][name]["tflops"] for p in sel if name in p["kernels"]]
+            ax.plot(xs, ys, marker="o", label=name)
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{dtype} D={d} {'causal' if causal else 'non-causal'}", fontsize=9)
+        ax.set_xlabel("L (tokens per sequence)")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lengths", type=int, nargs="+",
+                        default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
+    parser.add_argument("--tokens", type=int, default=16384, help="B·L per point")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--out", type=Path, default=None, help="results folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not torch.cuda.is_available():
+        print("bench: the sweep needs a CUDA GPU (torch sees none)")
+        return 0
+    environment = env.capture()
+    points = [measure_point(p, args.rounds, args.calls)
+              for p in sweep_problems(args.lengths, args.head_dims, args.dtypes, args.tokens)]
+    results = {"schema": SCHEMA, "kind": "bench", "env": environment,
+               "method": {"timer": "cuda-events per call, L2 flushed", "rounds": args.rounds,
+                          "calls_per_round": args.calls,
+                          "statistic": "median of per-round medians",
+                          "flops": "4·B·H·L²·D, halved when causal"},
+               "points": points}
+    out_dir = results_dir(args.out, environment["gpu"]["key"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=1) + "\n")
+    gpu = environment["gpu"]
+    caption = (f"{gpu['name']}, driver {gpu.get('driver', '?')}, torch {environment['torch']}, "
+               f"triton {environment['triton']}, {environment['date']}; H=16, B·L=16384; "
+               "CUDA events, L2 flushed, median of per-round medians.")
+    (out_dir / "bench.md").write_text(f"# Sweep\n\n{caption}\n\n{table(points, 'github')}\n")
+    plot(points, out_dir / "bench.png", caption)
+    print(table(points, "simple"))
+    print(caption)
+    return 0

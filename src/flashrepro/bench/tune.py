@@ -1,0 +1,103 @@
+"""``python -m flashrepro tune``: time candidate launch configs and commit the winners.
+
+The default launch never tunes at call time: it looks its config up in the committed table
+``reproduce/tuned.json`` (:func:`flashrepro.configs.default_config`), keyed by arch, head dim,
+causal and a power-of-two bucket of Lq. This command rebuilds that table on the GPU it runs on.
+Each candidate is checked against torch SDPA before it may win.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+
+import torch
+from tabulate import tabulate
+
+from flashrepro.bench import kernels as K
+from flashrepro.bench.problem import Problem
+from flashrepro.bench.timing import time_calls
+from flashrepro.configs import TUNED_TABLE, KernelConfig, length_bucket, table_key
+
+# The configs that won at least one point of the full grids on the H200 (reproduce/NOTES.md,
+# experiments 1-4; 30 configs were timed there), and the article's 64x64 pointer build.
+CANDIDATES = [
+    KernelConfig(64, 64, 4, 3),
+    KernelConfig(64, 64, 4, 2, tma=True),
+    KernelConfig(64, 64, 4, 3, tma=True),
+    KernelConfig(64, 32, 4, 3, tma=True),
+    KernelConfig(64, 128, 4, 2, tma=True),
+    KernelConfig(128, 64, 8, 3, tma=True),
+    KernelConfig(128, 128, 8, 3, tma=True),
+]
+
+
+def candidates(head_dim: int) -> list[KernelConfig]:
+    """Launch configs worth timing for ``head_dim`` (:data:`CANDIDATES` that fit)."""
+    if head_dim > 128:  # K/V stages of 256-wide rows do not fit 228 KB of shared memory
+        return [c for c in CANDIDATES if c.block_n <= 64 and c.num_stages <= 2]
+    return list(CANDIDATES)
+
+
+def problems(lengths: list[int], head_dims: list[int], tokens: int,
+             dtype: str = "float16") -> list[Problem]:
+    """Causal and non-causal problems with H = 16 and B·L = ``tokens`` (B >= 1)."""
+    out = []
+    for length, d, causal in itertools.product(lengths, head_dims, (False, True)):
+        out.append(Problem(batch=max(1, tokens // length), heads=16, seqlen_q=length,
+                           seqlen_k=length, head_dim=d, dtype=dtype, causal=causal))
+    return out
+
+
+def best_config(problem: Problem, calls: int) -> tuple[KernelConfig, list[list]]:
+    """Time every candidate on ``problem``; return the fastest correct one and the table rows."""
+    inputs = problem.inputs()
+    q, k, v = inputs
+    ref = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=problem.causal)
+    rows, best = [], None
+    for cfg in candidates(problem.head_dim):
+        call = K.make_call("flashrepro", inputs, problem.causal, config=cfg)
+        try:
+            err = (call().float() - ref.float()).abs().max().item()
+        except Exception as exc:  # tiles that do not fit, or a config Triton cannot build
+            rows.append([cfg.label(), "n/a", f"{type(exc).__name__}: {exc}".splitlines()[0][:70]])
+            continue
+        if not err < 2e-2:
+            rows.append([cfg.label(), "n/a", f"wrong: max err {err:.2g}"])
+            continue
+        us = statistics.median(time_calls(call, calls))
+        rows.append([cfg.label(), f"{us:.1f}", ""])
+        if best is None or us < best[0]:
+            best = (us, cfg)
+    assert best is not None, f"no candidate ran on {problem.key()}"
+    return best[1], rows
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lengths", type=int, nargs="+",
+                        default=[512, 1024, 2048, 4096, 8192, 16384])
+    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--tokens", type=int, default=16384, help="B·L per problem")
+    parser.add_argument("--calls", type=int, default=20, help="timed calls per candidate")
+    parser.add_argument("--write", action="store_true", help=f"update {TUNED_TABLE}")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not torch.cuda.is_available():
+        print("tune: needs a CUDA GPU (torch sees none)")
+        return 1
+    major, minor = torch.cuda.get_device_capability()
+    arch = 10 * major + minor
+    table = json.loads(TUNED_TABLE.read_text()) if TUNED_TABLE.exists() else {}
+    for problem in problems(args.lengths, args.head_dims, args.tokens):
+        cfg, rows = best_config(problem, args.calls)
+        print(f"\n{problem.key()}: best {cfg.label()}")
+        print(tabulate(rows, ["config", "µs", "note"], tablefmt="simple"))
+        key = table_key(arch, problem.head_dim, problem.causal, length_bucket(problem.seqlen_q))
+        table[key] = cfg.as_dict()
+    if args.write:
+        TUNED_TABLE.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
+        print(f"wrote {TUNED_TABLE}")
+    return 0

@@ -1,0 +1,68 @@
+"""Tables and markdown from a results JSON (nothing here measures anything)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tabulate import tabulate
+
+# The article's kernel over torch flash on its (mma.sync-class) GPU: seed 000_5de0d8ad12f287ab.txt
+PUBLISHED_NOTE = "article: 2.14 first version, 1.12 tuned (mma.sync GPU)"
+
+
+def _published(rec: dict[str, Any], published: dict[str, Any]) -> str:
+    if rec["name"].startswith("article-kernel"):
+        return f"{published['ratio_first']:.2f} / {published['ratio_tuned']:.2f}"
+    return ""
+
+
+def caption(results: dict[str, Any]) -> str:
+    """One paragraph naming the problem, GPU, timer, flush policy and statistic."""
+    p, m, e = results["problem"], results["method"], results["env"]
+    gpu = e["gpu"] or {}
+    return (
+        f"B={p['batch']} H={p['heads']} Lq={p['seqlen_q']} Lk={p['seqlen_k']} "
+        f"D={p['head_dim']} {p['dtype']} {'causal' if p['causal'] else 'non-causal'} on "
+        f"{gpu.get('name', '?')} (driver {gpu.get('driver', '?')}), torch {e['torch']}, "
+        f"triton {e['triton']}, {e['date']}. Timer: {m['timer']}; L2: {m['l2']}; "
+        f"{m['launch']}. µs = {m['statistic']}, {m['rounds']} rounds x "
+        f"{m['calls_per_round']} calls. Ratio < 1 means faster than torch flash."
+    )
+
+
+def reproduce_rows(results: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for rec in results["records"]:
+        if "skipped" in rec:
+            rows.append([rec["name"], "n/a", "", "", "", "", f"skipped: {rec['skipped']}"])
+            continue
+        rows.append([
+            rec["name"],
+            f"{rec['median_us']:.1f}",
+            f"{rec['q25_us']:.1f}-{rec['q75_us']:.1f}",
+            f"{rec['tflops']:.0f}",
+            f"{rec['ratio_vs_torch_flash']:.3f}" if "ratio_vs_torch_flash" in rec else "",
+            _published(rec, results["published"]),
+            f"{rec['max_abs_err']:.1e}",
+        ])
+    return rows
+
+
+HEADERS = ["kernel", "µs (median)", "IQR of rounds", "TFLOP/s", "vs torch flash",
+           "article's ratio", "max |err|"]
+
+
+def reproduce_table(results: dict[str, Any]) -> str:
+    """The reproduce table as plain text for the terminal."""
+    return tabulate(reproduce_rows(results), HEADERS, tablefmt="simple") + "\n" + caption(results)
+
+
+def reproduce_markdown(results: dict[str, Any], sass_text: str | None = None) -> str:
+    """The reproduce table (and the SASS table, if given) as a markdown page."""
+    parts = ["# Article reproduction", "", caption(results), "",
+             tabulate(reproduce_rows(results), HEADERS, tablefmt="github"), "",
+             f"'article's ratio': {PUBLISHED_NOTE}. Compare it with the `(mma.sync)` rows, "
+             "which run the same instruction path as the article's GPU.", ""]
+    if sass_text:
+        parts += ["## SASS instruction counts", "", sass_text, ""]
+    return "\n".join(parts)

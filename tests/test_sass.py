@@ -1,0 +1,217 @@
+"""SASS counting: the listing parser, real compiles without a GPU, the golden gate, torch's kernel.
+
+The article's numbers (seed ``000_5de0d8ad12f287ab.txt``): 256 HMMA.16816.F32 and 112
+LDSM.16.M88.4 for its Triton kernel; 256 / 80 LDSM.16.M88.4 / 64 LDSM.16.MT88.4 for torch's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from flashrepro.analysis import golden, sass
+from flashrepro.analysis.disasm import Resources, SassCounts, count_sass, loop_ranges
+from flashrepro.analysis.offline_compile import (
+    VARIANTS,
+    KernelSass,
+    KernelSpec,
+    mma_layouts,
+    operand_loads,
+    record_launch,
+)
+from flashrepro.analysis.rows import published_counts, torch_rows
+from flashrepro.analysis.torch_sass import ARTICLE_INSTANCE, installed_library, torch_flash_sass
+from flashrepro.api import interpreter_mode
+from flashrepro.bench.problem import load_article
+from flashrepro.configs import ARTICLE, KernelConfig
+from tests.sass_cache import full_report
+
+PROBLEM, PUBLISHED = load_article()
+
+LISTING = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/              @!PT LDS RZ, [RZ] ;
+        /*0020*/                   HMMA.16816.F32 R4, R8, R12, R4 ;
+        /*0030*/                   LDSM.16.M88.4 R8, [R2] ;
+        /*0040*/               @P0 LDSM.16.MT88.4 R12, [R3] ;
+        /*0050*/                   MUFU.EX2 R5, R6 ;
+        /*0060*/               @P1 BRA 0x20 ;
+        /*0070*/                   HGMMA.64x64x16.F32 R88, gdesc[UR12], RZ, !UPT ;
+        /*0080*/              @UP0 LDGSTS.E.BYPASS.128 [R1], desc[UR4][R2.64] ;
+        /*0090*/                   STL [R1], R2 ;
+        /*00a0*/                   EXIT ;
+        /*00b0*/                   BRA 0x10 ;
+        /*00c0*/                   BRA 0xc0;
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser()
+    sass.add_arguments(parser)
+    return parser
+
+
+def test_count_sass_classes_and_loops() -> None:
+    counts = count_sass(LISTING)
+    # Neither the out-of-line block's jump back (after EXIT) nor the padding is a loop.
+    assert loop_ranges(LISTING) == [(0x20, 0x60)]
+    expected = {"HMMA": 1, "HGMMA": 1, "LDSM": 1, "LDSM.MT": 1, "LDS": 1, "STS": 0, "LDG": 0,
+                "STG": 0, "ASYNC": 1, "MUFU.EX2": 1, "BAR": 0, "LDL": 0, "STL": 1, "total": 13}
+    assert counts.classes == expected
+    in_loop = {k: 0 for k in expected} | {"HMMA": 1, "LDSM": 1, "LDSM.MT": 1, "MUFU.EX2": 1,
+                                          "total": 5}
+    assert counts.loop_classes == in_loop
+    assert counts.opcodes["LDSM.16.MT88.4"] == 1 and counts.opcodes["BRA"] == 3
+
+
+TTGIR = """\
+module {
+  tt.func public @k(%Q: !tt.ptr<f16>) attributes {noinline = false} {
+    %q_1 = ttg.local_load %q : !ttg.memdesc<64x128xf16, #shared, #smem> -> tensor<64x128xf16, \
+#ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>> loc(#loc1)
+    %r:3 = scf.for %i = %c0 to %n step %c64 iter_args(%a = %z) -> (tensor<64x128xf32, #mma>) {
+      %k_2 = ttg.local_load %k : !ttg.memdesc<64x128xf16, #shared, #smem> -> tensor<64x128xf16, \
+#ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 2}>> loc(#loc2)
+    }
+  }
+}
+"""
+
+
+def test_operand_loads_and_mma_layouts_from_ttgir() -> None:
+    text = TTGIR.replace("\\\n", "") + (
+        "#mma = #ttg.nvidia_mma<{versionMajor = 2, versionMinor = 0, warpsPerCTA = [1, 4], "
+        "instrShape = [16, 8]}>\n")
+    assert operand_loads(text) == [{"operand": 0, "shape": [64, 128], "in_loop": False},
+                                   {"operand": 1, "shape": [64, 128], "in_loop": True}]
+    assert mma_layouts(text) == [{"version": 2, "warps": [1, 4], "instr_shape": [16, 8]}]
+
+
+def test_count_sass_rejects_text_without_instructions() -> None:
+    with pytest.raises(ValueError, match="no SASS instruction"):
+        count_sass("cuobjdump info    : File 'x' does not contain device code")
+
+
+def test_article_kernel_sm80_gives_the_articles_counts() -> None:
+    """Acceptance (issue 3): a real compile for sm_80, no GPU: 256 HMMA, 112 LDSM."""
+    row = next(r for r in full_report()["targets"]["sm_80"]["rows"]
+               if r["name"] == f"article {ARTICLE.label()}")
+    assert row["counts"]["opcodes"]["HMMA.16816.F32"] == 256
+    assert row["counts"]["opcodes"]["LDSM.16.M88.4"] == 112
+    assert row["published"]["status"] == "match"
+
+
+def test_sm90_uses_wgmma_and_disable_mma_v3_restores_mma_sync() -> None:
+    targets = full_report()["targets"]
+    by_name = {t: {r["name"]: r for r in targets[t]["rows"]} for t in targets}
+    key = f"article {ARTICLE.label()}"
+    wgmma, mma_sync = by_name["sm_90"][key]["counts"], by_name["sm_90-mma.sync"][key]["counts"]
+    assert wgmma["classes"]["HGMMA"] == 24 and wgmma["classes"]["HMMA"] == 0
+    assert mma_sync["classes"]["HMMA"] == 256 and mma_sync["classes"]["HGMMA"] == 0
+
+
+@pytest.mark.parametrize("changed", [KernelConfig(64, 32, 4, 3), KernelConfig(64, 64, 8, 3)],
+                         ids=["block_n=32", "num_warps=8"])
+def test_changing_the_article_config_fails_the_golden_check(
+        changed: KernelConfig, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sass, "ARTICLE", changed)  # as if configs.ARTICLE had been edited
+    out = tmp_path / "report.json"
+    assert sass.run(_parser().parse_args(["--arch", "sm_80", "--json", str(out)])) == 1
+    err = capsys.readouterr().err
+    assert f"sm_80  article {changed.label()}" in err and golden.NOT_IN_GOLDEN in err
+    assert f"article {ARTICLE.label()}" in err and "but not compiled now" in err
+    assert "python -m flashrepro sass --update" in err
+    # Not only the key: the counts themselves drift from the golden article kernel's.
+    row = next(r for r in json.loads(out.read_text())["targets"]["sm_80"]["rows"]
+               if r["name"] == f"article {changed.label()}")
+    doc = golden.load(golden.default_path())
+    assert doc is not None
+    old = doc["kernels"]["sm_80"][f"article {ARTICLE.label()}"]["classes"]
+    assert [c for c in ("HMMA", "LDSM", "total") if row["counts"]["classes"][c] != old[c]]
+
+
+def _fake(target: str, hmma: int) -> KernelSass:
+    classes = {"HMMA": hmma, "LDSM": 112, "total": 3000 + hmma}
+    return KernelSass(KernelSpec("article", ARTICLE, target, PROBLEM),
+                      SassCounts({"HMMA.16816.F32": hmma, "LDSM.16.M88.4": 112}, classes,
+                                 classes), Resources(255, 0, 0, 0), 90112, [], [])
+
+
+def test_golden_build_write_compare_roundtrip(tmp_path: Path) -> None:
+    path = tmp_path / "golden.json"
+    header = {"triton": "x", "tools": {}, "problem": {}}
+    golden.write(path, golden.build([_fake("sm_80", 256), _fake("sm_86", 256)], None, header))
+    doc = golden.load(path)
+    assert golden.compare(doc, [_fake("sm_80", 256)], ["sm_80"]) == {}
+    drift = golden.compare(doc, [_fake("sm_80", 240)], ["sm_80"])
+    assert drift == {("sm_80", f"article {ARTICLE.label()}"): [
+        "HMMA: golden 256, now 240 (-16)", "total: golden 3256, now 3240 (-16)",
+        "opcode HMMA.16816.F32: golden 256, now 240 (-16)"]}
+    # --update replaces the targets it ran and keeps the others.
+    merged = golden.build([_fake("sm_80", 240)], doc, header)
+    assert merged["kernels"]["sm_80"][f"article {ARTICLE.label()}"]["classes"]["HMMA"] == 240
+    assert merged["kernels"]["sm_86"] == doc["kernels"]["sm_86"]
+
+
+def test_golden_diff_is_readable() -> None:
+    old = {"classes": {"LDSM": 112}, "registers": 255, "shared_bytes": 90112,
+           "opcodes": {f"OP{i}": i for i in range(20)}}
+    new = {"classes": {"LDSM": 128}, "registers": 250, "shared_bytes": 90112,
+           "opcodes": {f"OP{i}": i + 1 for i in range(20)}}
+    lines = golden.diff_entry(old, new)
+    assert lines[:3] == ["LDSM: golden 112, now 128 (+16)",
+                         "registers/thread: golden 255, now 250 (-5)",
+                         "opcode OP0: golden 0, now 1 (+1)"]
+    assert lines[-1] == f"... and {20 - golden.MAX_OPCODE_LINES} more opcodes changed"
+    text = golden.format_diff([{"target": "sm_80", "kernel": "article 64x64 w4 s3",
+                                "lines": lines[:1]}], Path("g.json"))
+    assert text.splitlines() == ["SASS drift against g.json:", "  sm_80  article 64x64 w4 s3",
+                                 "      LDSM: golden 112, now 128 (+16)",
+                                 "If the change is intended: python -m flashrepro sass --update "
+                                 "(then commit the golden file)."]
+
+
+@pytest.mark.skipif(not interpreter_mode(), reason="kernels are JIT functions on a GPU host")
+def test_interpreted_kernels_are_refused_in_process() -> None:
+    with pytest.raises(RuntimeError, match="kernel_sass"):
+        record_launch(VARIANTS["article"], PROBLEM, ARTICLE)
+
+
+def test_bad_arguments_are_named() -> None:
+    with pytest.raises(ValueError, match="archs must be among"):
+        sass.sass_report(["sm_70"])
+    with pytest.raises(ValueError, match="target must be one of"):
+        KernelSpec("article", ARTICLE, "sm_75", PROBLEM)
+    assert sass.run(_parser().parse_args(["--torch-lib", "/nonexistent.so"])) == 2
+
+
+def test_torch_rows_say_why_they_are_skipped() -> None:
+    rows = torch_rows(["sm_80"], None, published_counts(PUBLISHED))["sm_80"]
+    assert [r["name"] for r in rows] == ["torch 64x64 w4", "torch 128x64 w4"]
+    assert all("CPU build" in r["skipped"] and "--torch-lib" in r["skipped"] for r in rows)
+
+
+def test_torch_symbol_is_the_article_instance() -> None:
+    assert ARTICLE_INSTANCE.symbol() == (
+        "_ZN13pytorch_flash16flash_fwd_kernelI23Flash_fwd_kernel_traitsILi128ELi64ELi64ELi4ELb0E"
+        "Lb0EN7cutlass6half_tE19Flash_kernel_traitsILi128ELi64ELi64ELi4ES3_EELb0ELb1ELb0ELb0ELb1"
+        "ELb1ELb0ELb0EEEvNS_16Flash_fwd_paramsE")
+
+
+_TORCH_LIB = (Path(os.environ["FLASHREPRO_TORCH_LIB"]) if "FLASHREPRO_TORCH_LIB" in os.environ
+              else installed_library())
+
+
+@pytest.mark.skipif(_TORCH_LIB is None, reason="needs a CUDA build's libtorch_cuda.so "
+                                               "(installed, or FLASHREPRO_TORCH_LIB=PATH)")
+def test_torch_flash_kernel_gives_the_articles_counts() -> None:
+    assert _TORCH_LIB is not None
+    result = torch_flash_sass(_TORCH_LIB, 80, ARTICLE_INSTANCE)
+    assert result.counts.opcodes["HMMA.16816.F32"] == 256
+    assert result.counts.opcodes["LDSM.16.M88.4"] == 80
+    assert result.counts.opcodes["LDSM.16.MT88.4"] == 64
