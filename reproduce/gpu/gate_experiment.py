@@ -1,26 +1,28 @@
 """Gate experiment on one GPU (issue 4): timing spread, A/A false alarms, injected slowdowns.
 
-Run from the repository root on the GPU machine (about 3 minutes on an H200):
+Run from the repository root on the GPU machine (about 2 minutes on an H200; the first version,
+with 2 workers and the baseline in the parent, took 67 s):
 
     OUT=/path/to/out PYTHONPATH=src python reproduce/gpu/gate_experiment.py
 
-Steps, all at the article config (B=2, H=16, L=1024, D=128, fp16, causal):
+Steps, all at the article config (``reproduce/article.toml``):
 
 1. Spread of the timing methods: ``--repeats`` repeats of the median per-call time of
    flashrepro and torch-flash by ``events`` (:func:`flashrepro.bench.timing.time_calls`, L2
    flushed, 100 calls) and ``graph`` (:func:`~flashrepro.bench.timing.time_graph`, hot L2);
    CV of the medians and of their ratio.
 2. Calibrate the slowdown hook (:mod:`flashrepro.gate.inject`) for 3 % and 5 %.
-3. Baseline: one run (``--rounds`` interleaved rounds of flashrepro with the hook at 0 and
-   torch-flash, ``--calls`` calls each per round), written with
-   :func:`flashrepro.gate.update_baseline` to ``$OUT/baselines``.
+3. Baseline: ``--baseline-runs`` runs (``--rounds`` interleaved rounds of flashrepro with the
+   hook at 0 and torch-flash, ``--calls`` calls each per round), each in a fresh process,
+   pooled with :func:`flashrepro.gate.update_baseline` into ``$OUT/baselines``.
 4. Gate runs: ``--runs`` each of A/A (hook at 0), +3 % and +5 %, every run a fresh measurement
-   judged by :func:`flashrepro.gate.check` against that baseline. They run in ``--workers``
-   fresh processes (in turn, never at once), so process-to-process variance is in the
-   figures; scenarios are interleaved in time.
+   judged by :func:`flashrepro.gate.check` against that baseline at each of ``--thresholds``.
+   They run in ``--workers`` fresh processes (in turn, never at once), so process-to-process
+   variance is in the figures; scenarios are interleaved in time.
 
 Writes ``$OUT/gate_experiment.json`` (everything, per run) and ``$OUT/gate_experiment.md``
-(the tables for ``reproduce/NOTES.md``).
+(the tables for ``reproduce/NOTES.md``); the baseline under ``$OUT/baselines`` carries the
+hook, so the gate never compares it with reproduce runs (do not commit it).
 """
 
 from __future__ import annotations
@@ -38,8 +40,12 @@ from typing import Any
 
 from tabulate import tabulate
 
-PROBLEM = {"batch": 2, "heads": 16, "seqlen_q": 1024, "seqlen_k": 1024, "head_dim": 128,
-           "dtype": "float16", "causal": True}
+
+def _problem() -> dict[str, Any]:
+    """The article config (reproduce/article.toml)."""
+    from flashrepro.bench.problem import load_article
+    return load_article()[0].as_dict()
+
 RECORD = "flashrepro"
 SCENARIOS = (0.0, 0.03, 0.05)
 
@@ -52,7 +58,7 @@ def spread(repeats: int) -> dict[str, Any]:
     """CV of the median per-call time over ``repeats`` repeats, per kernel and method."""
     from flashrepro.bench.timing import time_calls, time_graph
     from flashrepro.gate.measure import kernels
-    fns = kernels(PROBLEM, (RECORD, "torch-flash"))
+    fns = kernels(_problem(), (RECORD, "torch-flash"))
     meds: dict[str, dict[str, list[float]]] = {"events": {}, "graph": {}}
     for _ in range(repeats):
         for name, fn in fns.items():
@@ -73,17 +79,23 @@ def _measure(slowdown: float, cycles: int, rounds: int, calls: int) -> dict[str,
     made without the hook (its fixed cost would hide a slowdown of that size)."""
     from flashrepro.gate.inject import with_busy_wait
     from flashrepro.gate.measure import kernels, measure
-    fns = kernels(PROBLEM, (RECORD, "torch-flash"))
+    problem = _problem()
+    fns = kernels(problem, (RECORD, "torch-flash"))
     fns[RECORD] = with_busy_wait(fns[RECORD], cycles)
-    results = measure(fns, PROBLEM, rounds=rounds, calls_per_round=calls)
+    results = measure(fns, problem, rounds=rounds, calls_per_round=calls)
     results["injection"] = {RECORD: {"fraction": slowdown, "cycles": cycles}}
     return results
 
 
 def worker(spec_path: Path) -> None:
-    """Run the gate runs listed in the spec file; one JSON line per run on stdout."""
+    """In a fresh process: one baseline run written to ``baseline_out``, or the gate runs
+    listed in the spec file, one JSON line per run on stdout."""
     from flashrepro.gate import check
     spec = json.loads(spec_path.read_text())
+    if spec.get("baseline_out"):
+        results = _measure(0.0, 0, spec["rounds"], spec["calls"])
+        Path(spec["baseline_out"]).write_text(json.dumps(results))
+        return
     for run in spec["runs"]:
         t0 = time.perf_counter()
         results = _measure(run["slowdown"], spec["cycles"][str(run["slowdown"])],
@@ -114,6 +126,34 @@ def _schedule(runs: int, workers: int) -> list[list[dict[str, Any]]]:
             for w in range(workers)]
 
 
+def _processes(runs: list[dict[str, Any]], baseline_levels: list[float]) -> dict[str, Any]:
+    """Process-to-process spread of the ratio, from the baseline runs and the A/A runs.
+
+    ``levels``: median ratio of each process (each baseline run; each worker's A/A runs);
+    ``sd``: their relative standard deviation; ``offsets``: median A/A change of each worker
+    against the pooled baseline; ``ci_half_width``: median of change - CI low over A/A runs;
+    ``min_quiet_threshold``: 3·sd·√(1 + 1/k) - ci_half_width for a baseline pooled from k
+    processes, the smallest threshold at which A/A runs stay quiet at 3 sd
+    (reproduce/NOTES.md, Gate). A rough figure: it rests on a handful of processes.
+    """
+    aa = [r for r in runs if r["slowdown"] == 0 and r["comparison"]]
+    workers = sorted({r["worker"] for r in aa})
+    levels = {**{f"baseline {i}": x for i, x in enumerate(baseline_levels)},
+              **{f"worker {w}": statistics.median(r["median_ratio"] for r in aa
+                                                  if r["worker"] == w) for w in workers}}
+    offsets = {str(w): statistics.median(r["comparison"]["change"] for r in aa
+                                         if r["worker"] == w) for w in workers}
+    values = list(levels.values())
+    sd = statistics.stdev(values) / statistics.mean(values) if len(values) > 1 else None
+    half = (statistics.median(r["comparison"]["change"] - r["comparison"]["ci_low"]
+                              for r in aa) if aa else None)
+    k = max(1, len(baseline_levels))
+    return {"levels": levels, "sd": sd, "offsets": offsets, "ci_half_width": half,
+            "baseline_runs": k,
+            "min_quiet_threshold": (max(0.0, 3 * sd * (1 + 1 / k) ** 0.5 - half)
+                                    if sd is not None and half is not None else None)}
+
+
 def _summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per scenario: runs, runs flagged at each threshold, and the spread of the change."""
     rows = []
@@ -124,8 +164,8 @@ def _summary(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rows.append({"slowdown": s, "runs": len(sel), "flagged": flagged,
                      "median_change": statistics.median(changes) if changes else None,
                      "sd_change": statistics.stdev(changes) if len(changes) > 1 else None,
-                     "max_ci_low": max((r["comparison"]["ci_low"] for r in sel
-                                        if r["comparison"]), default=None)})
+                     "ci_low_range": ([min(lows), max(lows)] if (lows := [
+                         r["comparison"]["ci_low"] for r in sel if r["comparison"]]) else None)})
     return rows
 
 
@@ -142,11 +182,13 @@ def _markdown(result: dict[str, Any]) -> str:
                   *(f"{r['flagged'][t]}/{r['runs']}" for t in thresholds),
                   f"{r['median_change']:+.2%}" if r["median_change"] is not None else "-",
                   f"{r['sd_change']:.2%}" if r["sd_change"] is not None else "-",
-                  f"{r['max_ci_low']:+.2%}" if r["max_ci_low"] is not None else "-"]
+                  (f"{r['ci_low_range'][0]:+.2%} to {r['ci_low_range'][1]:+.2%}"
+                   if r["ci_low_range"] else "-")]
                  for r in result["summary"]]
     b = result["baseline_noise"]
     a = result["args"]
-    aa_sd = result["summary"][0]["sd_change"]
+    pr = result["processes"]
+    offsets = ", ".join(f"worker {w} {o:+.2%}" for w, o in pr["offsets"].items())
     return "\n".join([
         f"### Gate experiment on {result['gpu']} ({result['date']})", "",
         f"Article config; {a['rounds']} rounds x {a['calls']} calls per run; {a['runs']} runs "
@@ -154,7 +196,7 @@ def _markdown(result: dict[str, Any]) -> str:
         f"Timing spread over {a['repeats']} repeats (CV of the median):", "",
         tabulate(spread_rows, headers=["method", "kernel", "median (µs)", "CV of median"],
                  tablefmt="github", disable_numparse=True), "",
-        f"Baseline run, per-round noise (CV of round medians): flashrepro "
+        f"First baseline run, per-round noise (CV of round medians): flashrepro "
         f"{b['flashrepro_cv']:.2%}, torch-flash {b['torch_flash_cv']:.2%}, per-round ratio "
         f"{b['ratio_cv']:.2%}.", "",
         "Injected slowdown (busy-wait after each flashrepro call, hook at 0 as reference):", "",
@@ -163,11 +205,15 @@ def _markdown(result: dict[str, Any]) -> str:
         "Gate runs against the baseline (change = of the median per-round ratio):", "",
         tabulate(gate_rows, headers=["injected", *(f"flagged at {float(t):.1%}"
                                                    for t in thresholds),
-                                     "median change", "sd of change", "largest CI low"],
+                                     "median change", "sd of change", "CI low, min to max"],
                  tablefmt="github", disable_numparse=True), "",
-        (f"A/A sd of change x 3 = {3 * aa_sd:.2%}: the smallest threshold expected to stay "
-         "quiet here (rule from the simulation, reproduce/NOTES.md, Gate)."
-         if aa_sd is not None else ""), ""])
+        (f"Processes: median A/A change of each worker against the baseline (pooled from "
+         f"{pr['baseline_runs']} processes): {offsets}; relative sd of the median ratio over "
+         f"{len(pr['levels'])} processes {pr['sd']:.2%}; typical A/A CI half-width "
+         f"{pr['ci_half_width']:.2%}; smallest threshold expected to stay quiet "
+         f"(3·sd·√(1 + 1/k) - half-width, rough): {pr['min_quiet_threshold']:.2%}."
+         if pr["sd"] is not None else ""),
+        ""])
 
 
 def main() -> None:
@@ -177,6 +223,8 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=10, help="calls per kernel and round")
     p.add_argument("--repeats", type=int, default=15, help="repeats of the spread measurement")
     p.add_argument("--workers", type=int, default=4, help="processes for the gate runs")
+    p.add_argument("--baseline-runs", type=int, default=3,
+                   help="runs, each in its own process, pooled into the baseline")
     p.add_argument("--thresholds", type=float, nargs="+", default=None,
                    help="thresholds to judge every run at; the first is stored in the "
                         "baseline (default: the gate's default, then 0.015)")
@@ -187,8 +235,10 @@ def main() -> None:
         return
     if os.environ.get("FLASHREPRO_INJECT_SLOWDOWN"):
         p.error("unset FLASHREPRO_INJECT_SLOWDOWN: the experiment injects its own slowdowns")
-    if a.runs < 2 or a.repeats < 2 or a.rounds < 5 or not 1 <= a.workers <= a.runs:
-        p.error("need --runs >= 2, --repeats >= 2, --rounds >= 5 and 1 <= --workers <= --runs")
+    if (a.runs < 2 or a.repeats < 2 or a.rounds < 5 or a.baseline_runs < 1
+            or not 1 <= a.workers <= a.runs):
+        p.error("need --runs >= 2, --repeats >= 2, --rounds >= 5, --baseline-runs >= 1 and "
+                "1 <= --workers <= --runs")
     out = Path(os.environ.get("OUT") or "gate_experiment_out")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -205,35 +255,46 @@ def main() -> None:
     log("1/4 spread of the timing methods")
     sp = spread(a.repeats)
     log("2/4 calibrating the slowdown hook")
-    inj = calibrate(kernels(PROBLEM, (RECORD,))[RECORD], SCENARIOS[1:])
+    inj = calibrate(kernels(_problem(), (RECORD,))[RECORD], SCENARIOS[1:])
     cycles = {"0.0": 0, **{str(f): i.cycles for f, i in inj.items()}}
     log(f"    cycles {cycles}, measured {[f'{i.measured_fraction:+.2%}' for i in inj.values()]}")
-    log("3/4 baseline run")
-    base = _measure(0.0, 0, a.rounds, a.calls)
-    baseline_dir = out / "baselines"
-    update_baseline(base, baseline_dir, threshold=thresholds[0])
-    recs = {r["name"]: r["round_medians_us"] for r in base["records"]}
-    ratio = [x / y for x, y in zip(recs[RECORD], recs["torch-flash"], strict=True)]
-    log(f"4/4 {a.runs} x {len(SCENARIOS)} gate runs in {a.workers} processes")
     runs: list[dict[str, Any]] = []
     errors: list[str] = []
+    baseline_dir = out / "baselines"
     with tempfile.TemporaryDirectory() as tmp:
-        for w, share in enumerate(_schedule(a.runs, a.workers)):
-            spec = Path(tmp) / f"spec{w}.json"
-            spec.write_text(json.dumps({"worker": w, "runs": share, "cycles": cycles,
-                                        "rounds": a.rounds, "calls": a.calls,
-                                        "thresholds": thresholds,
-                                        "baseline_dir": str(baseline_dir)}))
-            proc = subprocess.run([sys.executable, __file__, "--worker", str(spec)],
+
+        def spawn(name: str, spec: dict[str, Any]) -> list[str]:
+            path = Path(tmp) / f"{name}.json"
+            path.write_text(json.dumps(spec))
+            proc = subprocess.run([sys.executable, __file__, "--worker", str(path)],
                                   capture_output=True, text=True, check=False)
-            runs += [json.loads(line) for line in proc.stdout.splitlines()
-                     if line.startswith("{")]
             if proc.returncode:
-                errors.append(f"worker {w} exit {proc.returncode}:\n{proc.stderr[-4000:]}")
+                errors.append(f"{name} exit {proc.returncode}:\n{proc.stderr[-4000:]}")
                 log(errors[-1])
+            return proc.stdout.splitlines()
+
+        log(f"3/4 baseline: {a.baseline_runs} runs, each in its own process")
+        bases = []
+        for i in range(a.baseline_runs):
+            path = Path(tmp) / f"base{i}-results.json"
+            spawn(f"base{i}", {"baseline_out": str(path), "rounds": a.rounds, "calls": a.calls})
+            if not path.is_file():
+                sys.exit(f"baseline run {i} failed:\n{errors[-1]}")
+            bases.append(json.loads(path.read_text()))
+        update_baseline(bases, baseline_dir, threshold=thresholds[0])
+        levels = [{r["name"]: r for r in b["records"]}[RECORD]["ratio_vs_torch_flash"]
+                  for b in bases]
+        log(f"4/4 {a.runs} x {len(SCENARIOS)} gate runs in {a.workers} processes")
+        for w, share in enumerate(_schedule(a.runs, a.workers)):
+            runs += [json.loads(line) for line in spawn(f"worker{w}", {
+                "worker": w, "runs": share, "cycles": cycles, "rounds": a.rounds,
+                "calls": a.calls, "thresholds": thresholds, "baseline_dir": str(baseline_dir)})
+                if line.startswith("{")]
             flagged = {s: sum(r["flagged"][f"{thresholds[0]:g}"] for r in runs
                               if r["slowdown"] == s) for s in SCENARIOS}
             log(f"    worker {w} done: {len(runs)} runs, flagged so far {flagged}")
+    recs = {r["name"]: r["round_medians_us"] for r in bases[0]["records"]}
+    ratio = [x / y for x, y in zip(recs[RECORD], recs["torch-flash"], strict=True)]
     env = capture()
     result = {
         "date": env["date"], "gpu": (env["gpu"] or {}).get("name"), "env": env,
@@ -242,7 +303,9 @@ def main() -> None:
         "injection": {str(f): i.as_dict() for f, i in inj.items()},
         "baseline_noise": {"flashrepro_cv": _cv(recs[RECORD]),
                            "torch_flash_cv": _cv(recs["torch-flash"]), "ratio_cv": _cv(ratio)},
-        "summary": _summary(runs) if runs else [], "runs": runs, "worker_errors": errors,
+        "summary": _summary(runs) if runs else [], "processes": _processes(runs, levels),
+        "runs": runs,
+        "worker_errors": errors,
         "seconds": time.perf_counter() - t0,
     }
     (out / "gate_experiment.json").write_text(json.dumps(result, indent=1) + "\n")

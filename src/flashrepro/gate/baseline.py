@@ -114,47 +114,103 @@ def has_hook(results: dict[str, Any]) -> bool:
     return bool(results.get("injection"))
 
 
-def _round_medians(results: dict[str, Any], name: str) -> np.ndarray:
-    for rec in results.get("records", []):
-        if rec.get("name") == name:
-            values = np.asarray(rec.get("round_medians_us", []), dtype=np.float64)
-            if values.ndim != 1 or values.size == 0:
-                raise ResultsError(f"record {name!r} has no 'round_medians_us' list")
-            return values
-    raise KeyError(name)
+def _timed(results: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per-round medians (µs) of every record that was timed (``skipped`` records left out)."""
+    out = {}
+    for rec in results["records"]:
+        if rec.get("skipped"):
+            continue
+        values = np.asarray(rec.get("round_medians_us", []), dtype=np.float64)
+        if values.ndim != 1 or values.size == 0:
+            raise ResultsError(f"record {rec.get('name')!r} has no 'round_medians_us' list")
+        out[rec.get("name")] = values
+    return out
+
+
+def _judged(name: str) -> str | None:
+    """The suffix of a flashrepro record name (``"flashrepro (mma.sync)"`` -> ``" (mma.sync)"``),
+    None for any other record."""
+    for base in sorted(FLASHREPRO_RECORDS, key=len, reverse=True):
+        if name.startswith(base):
+            return name[len(base):]
+    return None
 
 
 def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     """Per-round samples of a results dict: ``{record: {"us": [...], "ratio": [...]}}``.
 
-    ``ratio`` (flashrepro records only) is ``record_r / torch-flash_r`` for each round r: both
-    were timed in the same interleaved round, so the pair shares that round's clocks.
+    Each flashrepro record is paired with the torch-flash record of the same suffix
+    (``flashrepro`` with ``torch-flash``; ``flashrepro (mma.sync)`` with ``torch-flash
+    (mma.sync)``, timed in the same child process): ``ratio`` is ``record_r / reference_r`` for
+    each round r, both timed in the same interleaved round, so the pair shares that round's
+    clocks. References get ``us`` only; other records (torch's other backends) are left out.
+    Records marked ``skipped`` (could not run on this GPU) are left out.
 
     Raises:
         ResultsError: no ``env``, ``problem`` or ``records`` key, no ``torch-flash`` record,
-            a record whose round count differs from torch-flash's, or no flashrepro record.
+            a record whose round count differs from its reference's, a timed record without
+            round medians, or no flashrepro record with a reference.
     """
     missing = [k for k in ("env", "problem", "records") if k not in results]
     if missing:
         raise ResultsError(f"results lack the top-level keys {missing}")
-    try:
-        ref = _round_medians(results, REFERENCE_RECORD)
-    except KeyError:
+    timed = _timed(results)
+    if REFERENCE_RECORD not in timed:
         raise ResultsError(f"results have no {REFERENCE_RECORD!r} record, the reference of the "
-                           "gate's primary metric") from None
-    out: dict[str, dict[str, list[float]]] = {REFERENCE_RECORD: {"us": ref.tolist()}}
-    for name in FLASHREPRO_RECORDS:
-        try:
-            us = _round_medians(results, name)
-        except KeyError:
+                           "gate's primary metric")
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, us in timed.items():
+        suffix = _judged(name)
+        ref_name = REFERENCE_RECORD + (suffix or "")
+        if suffix is None or ref_name not in timed:
             continue
+        ref = timed[ref_name]
         if us.size != ref.size:
-            raise ResultsError(f"record {name!r} has {us.size} rounds but {REFERENCE_RECORD!r} "
+            raise ResultsError(f"record {name!r} has {us.size} rounds but {ref_name!r} "
                                f"has {ref.size}: per-round ratios need the same rounds")
+        out.setdefault(ref_name, {"us": ref.tolist()})
         out[name] = {"us": us.tolist(), "ratio": (us / ref).tolist()}
-    if len(out) == 1:
+    if not any("ratio" in s for s in out.values()):
         raise ResultsError(f"results have none of the records {list(FLASHREPRO_RECORDS)}")
     return out
+
+
+def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs of one environment as one results dict: each record's rounds concatenated.
+
+    A baseline pooled from runs in separate processes averages out how far one process's ratio
+    sits from another's (on the H200 about 0.7 % sd, ``reproduce/NOTES.md``, Gate), which a
+    one-run baseline passes on to every run judged against it. Round r of every record still
+    comes from one interleaved round, so per-round ratios stay paired. The env block is the last
+    run's; ``method`` gets the total ``rounds`` and ``pooled_runs``.
+
+    Raises:
+        ResultsError: no runs; runs whose hardware, software, problem or timing method differ
+            (named); or whose timed records differ.
+    """
+    if not runs:
+        raise ResultsError("pool needs at least one results dict")
+    first = runs[0]
+    ref = {"env": fingerprint(first["env"]), "problem": first["problem"],
+           "method": {**first.get("method", {}), HOOK_FIELD: has_hook(first)}}
+    names = list(_timed(first))
+    timed = []
+    for i, run in enumerate(runs):
+        diffs = differences(ref, run)
+        if diffs:
+            raise ResultsError(f"run {i} differs from run 0 in "
+                               + ", ".join(f"{d.field} ({d.baseline} vs {d.current})"
+                                           for d in diffs) + "; pool runs of one environment")
+        timed.append(_timed(run))
+        if list(timed[-1]) != names:
+            raise ResultsError(f"run {i} timed {list(timed[-1])}, run 0 timed {names}")
+    last = runs[-1]
+    return {**last, "method": {**last.get("method", {}), "rounds": sum(t[names[0]].size
+                                                                       for t in timed),
+                               "pooled_runs": len(runs)},
+            "records": [{"name": n, "round_medians_us": np.concatenate([t[n] for t in timed]
+                                                                       ).tolist()}
+                        for n in names]}
 
 
 def load(path: Path) -> dict[str, Any] | None:
@@ -180,6 +236,7 @@ def history_entry(results: dict[str, Any], samples: dict[str, dict[str, list[flo
     return {
         "date": env.get("date"),
         "git_commit": env.get("git_commit"),
+        "runs": results.get("method", {}).get("pooled_runs", 1),
         "env": {f: fp[f] for f in SOFTWARE_FIELDS},
         "median_ratio": {n: float(np.median(s["ratio"])) for n, s in samples.items()
                          if "ratio" in s},

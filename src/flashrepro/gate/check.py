@@ -265,11 +265,21 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     return verdict
 
 
-def update_baseline(results: dict[str, Any], baseline_dir: Path, *,
+def _refuse_injected(results: dict[str, Any]) -> None:
+    slowed = [n for n, i in results.get("injection", {}).items() if i.get("fraction", 0) > 0]
+    if slowed:
+        raise bl.ResultsError(f"records {slowed} were slowed by the test hook "
+                              "FLASHREPRO_INJECT_SLOWDOWN; such a run cannot be a baseline")
+
+
+def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir: Path, *,
                     threshold: float | None = None, abs_threshold: float | None = None,
                     confidence: float | None = None, results_path: str | None = None
                     ) -> Verdict:
     """Make ``results`` the baseline for its GPU and problem; append it to the history.
+
+    ``results`` may be a list of runs of one environment (best: each in its own process),
+    pooled by :func:`flashrepro.gate.baseline.pool` into one baseline.
 
     The previous baseline's history is kept unchanged and one entry (date, git commit,
     software, median ratio and µs per record) is appended. When a previous baseline exists,
@@ -282,12 +292,13 @@ def update_baseline(results: dict[str, Any], baseline_dir: Path, *,
 
     Raises:
         As :func:`check`; also :class:`~flashrepro.gate.baseline.ResultsError` for a run with
-        an injected slowdown above 0 (``FLASHREPRO_INJECT_SLOWDOWN``), never a baseline.
+        an injected slowdown above 0 (``FLASHREPRO_INJECT_SLOWDOWN``), never a baseline, and
+        for runs that cannot be pooled.
     """
-    slowed = [n for n, i in results.get("injection", {}).items() if i.get("fraction", 0) > 0]
-    if slowed:
-        raise bl.ResultsError(f"records {slowed} were slowed by the test hook "
-                              "FLASHREPRO_INJECT_SLOWDOWN; such a run cannot be a baseline")
+    runs = results if isinstance(results, list) else [results]
+    for run in runs:
+        _refuse_injected(run)
+    results = runs[0] if len(runs) == 1 else bl.pool(runs)
     previous_verdict = check(results, baseline_dir, threshold=threshold,
                              abs_threshold=abs_threshold, confidence=confidence,
                              allow_env_mismatch=True, results_path=results_path,

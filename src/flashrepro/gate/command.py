@@ -31,9 +31,11 @@ def _fraction(name: str, low: float, high: float, closed_low: bool):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--results", type=Path, required=True,
+    parser.add_argument("--results", type=Path, required=True, nargs="+",
                         help="results JSON of a reproduce run "
-                             "(reproduce/results/<gpu-key>/reproduce.json)")
+                             "(reproduce/results/<gpu-key>/reproduce.json); with "
+                             "--update-baseline, several runs (each its own process) are pooled "
+                             "into one baseline")
     parser.add_argument("--baseline-dir", type=Path, default=Path("reproduce/baselines"),
                         help="root of the per-GPU baselines (default: reproduce/baselines)")
     parser.add_argument("--update-baseline", action="store_true",
@@ -68,23 +70,32 @@ def publish(verdict: Verdict, summary: Path | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        results = json.loads(args.results.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        print(f"gate: --results {args.results}: cannot read a JSON file: {exc}", file=sys.stderr)
+    paths = args.results
+    if len(paths) > 1 and not args.update_baseline:
+        print("gate: several --results files are pooled only with --update-baseline; judge one "
+              "run at a time", file=sys.stderr)
         return ExitCode.BAD_INPUT
+    runs = []
+    for path in paths:
+        try:
+            runs.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"gate: --results {path}: cannot read a JSON file: {exc}", file=sys.stderr)
+            return ExitCode.BAD_INPUT
+    names = " ".join(str(p) for p in paths)
     kwargs = {"threshold": args.threshold, "abs_threshold": args.abs_threshold,
-              "confidence": args.confidence, "results_path": str(args.results)}
+              "confidence": args.confidence, "results_path": names}
     try:
         if args.update_baseline:
-            verdict = update_baseline(results, args.baseline_dir, **kwargs)
+            verdict = update_baseline(runs, args.baseline_dir, **kwargs)
         else:
-            verdict = check(results, args.baseline_dir,
+            verdict = check(runs[0], args.baseline_dir,
                             allow_env_mismatch=args.allow_env_mismatch, **kwargs)
     except ValueError as exc:  # ResultsError included
-        print(f"gate: --results {args.results}: {exc}", file=sys.stderr)
+        print(f"gate: --results {names}: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
     publish(verdict, args.summary)
-    results["gate"] = verdict.as_dict()
-    args.results.write_text(json.dumps(results, indent=1) + "\n")
+    for path, results in zip(paths, runs, strict=True):
+        results["gate"] = verdict.as_dict()
+        path.write_text(json.dumps(results, indent=1) + "\n")
     return int(verdict.exit_code)

@@ -1,9 +1,9 @@
 """The gate experiment's measurement: kernels of one problem in interleaved rounds, as a results
 dict in the reproduce format (``DESIGN.md``, "Results JSON").
 
-A small stand-in for ``flashrepro.bench.reproduce``'s measurement, written in parallel with it;
-once that module exposes ``measure(problem, kernels, rounds, calls) -> results dict`` this one
-should be replaced by it.
+Unlike ``flashrepro.bench.reproduce.measure`` (which builds its callables from names), this
+takes the callables, so the experiment can wrap flashrepro's in the slowdown test hook
+(:mod:`flashrepro.gate.inject`); the kernels themselves come from :mod:`flashrepro.bench.kernels`.
 """
 
 from __future__ import annotations
@@ -12,18 +12,13 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-import torch
-import torch.nn.functional as F
-from torch.nn.attention import SDPBackend, sdpa_kernel
-
-import flashrepro
+from flashrepro.bench.kernels import make_call
 from flashrepro.bench.problem import Problem
 from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.env import capture, nvml_clocks
 from flashrepro.gate.baseline import FLASHREPRO_RECORDS, REFERENCE_RECORD
 from flashrepro.gate.inject import apply_from_env
 
-DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 METHOD = {"timer": "cuda-events", "l2": "flushed before each call (256 MiB zeroed)",
           "statistic": "median of per-round medians"}
 
@@ -33,38 +28,17 @@ def kernels(problem: dict[str, Any], names: tuple[str, ...], seed: int = 0
     """Zero-argument callables running each named kernel on fresh random inputs.
 
     Args:
-        problem: batch, heads, seqlen_q, seqlen_k, head_dim, dtype (``"float16"`` or
-            ``"bfloat16"``), causal.
-        names: record names: ``flashrepro`` (default config), ``flashrepro-article-config``,
-            ``article-kernel`` (the frozen article kernel), ``torch-flash`` (SDPA forced to
-            its flash backend).
-        seed: seed of the inputs (q, k, v ~ N(0, 1), shapes (B, H, L, D)).
+        problem: the fields of :class:`flashrepro.bench.problem.Problem`.
+        names: names of :data:`flashrepro.bench.kernels.DESCRIPTIONS` (``flashrepro``,
+            ``torch-flash``, ...).
+        seed: seed of the inputs (:meth:`~flashrepro.bench.problem.Problem.inputs`).
 
     Raises:
-        KeyError: an unknown name or dtype.
+        KeyError: an unknown name; TypeError: a problem field missing or unknown.
     """
-    p = problem
-    gen = torch.Generator(device="cuda").manual_seed(seed)
-    dtype = DTYPES[p["dtype"]]
-    q = torch.randn(p["batch"], p["heads"], p["seqlen_q"], p["head_dim"], dtype=dtype,
-                    device="cuda", generator=gen)
-    k, v = (torch.randn(p["batch"], p["heads"], p["seqlen_k"], p["head_dim"], dtype=dtype,
-                        device="cuda", generator=gen) for _ in range(2))
-    o = torch.empty_like(q)
-    causal = p["causal"]
-
-    def torch_flash() -> object:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-
-    table: dict[str, Callable[[], object]] = {
-        "flashrepro": lambda: flashrepro.attention(q, k, v, causal=causal, out=o),
-        "flashrepro-article-config": lambda: flashrepro.attention(
-            q, k, v, causal=causal, config=flashrepro.ARTICLE, out=o),
-        "article-kernel": lambda: flashrepro.article_attention(q, k, v, causal=causal, out=o),
-        REFERENCE_RECORD: torch_flash,
-    }
-    return {name: table[name] for name in names}
+    p = Problem(**problem)
+    inputs = p.inputs(seed=seed)
+    return {name: make_call(name, inputs, p.causal) for name in names}
 
 
 def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, rounds: int,

@@ -28,13 +28,12 @@ from typing import Any
 import numpy as np
 from tabulate import tabulate
 
-from flashrepro.gate.baseline import REFERENCE_RECORD, round_samples
+from flashrepro.bench.problem import load_article
+from flashrepro.gate.baseline import REFERENCE_RECORD, pool, round_samples
 from flashrepro.gate.stats import DEFAULT_THRESHOLD, compare
 
 MEANS_US = {"flashrepro": 47.0, "flashrepro-article-config": 47.0, "article-kernel": 47.0,
             REFERENCE_RECORD: 61.0}
-ARTICLE_PROBLEM = {"batch": 2, "heads": 16, "seqlen_q": 1024, "seqlen_k": 1024,
-                   "head_dim": 128, "dtype": "float16", "causal": True}
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ def results_from_rounds(rounds_us: dict[str, list[float]], env: dict[str, Any],
                         "q25_us": float(q25), "q75_us": float(q75),
                         "ratio_vs_torch_flash": float(np.median(v / ref)), "config": None})
     return {"schema": "flashrepro.results/1", "kind": "reproduce", "env": env,
-            "problem": dict(ARTICLE_PROBLEM),
+            "problem": load_article()[0].as_dict(),
             "method": {"timer": "cuda-events", "l2": "flushed before each call",
                        "statistic": "median of per-round medians", "rounds": len(ref),
                        "calls_per_round": calls_per_round},
@@ -118,10 +117,12 @@ def synthetic_results(rng: np.random.Generator, *, rounds: int = 100, noise: Noi
 
 def flag_counts(*, slowdowns: tuple[float, ...], round_cvs: tuple[float, ...], rounds: int,
                 baselines: int, runs_per_baseline: int, threshold: float = DEFAULT_THRESHOLD,
-                noise: Noise = Noise(), seed: int = 0) -> list[dict[str, Any]]:
+                noise: Noise = Noise(), baseline_runs: int = 1, seed: int = 0
+                ) -> list[dict[str, Any]]:
     """How often the gate flags the ``flashrepro`` record, per (round noise, true slowdown).
 
-    For each round noise level, ``baselines`` baseline runs are drawn; each is compared with
+    For each round noise level, ``baselines`` baselines are drawn, each pooled from
+    ``baseline_runs`` runs (:func:`flashrepro.gate.baseline.pool`); each is compared with
     ``runs_per_baseline`` fresh runs per slowdown (as the GPU experiment does with one
     baseline). Each cell: runs, runs flagged, and the worst set of one baseline's runs: the
     most flagged for slowdown 0 (false alarms), the fewest for a real slowdown (misses).
@@ -132,7 +133,8 @@ def flag_counts(*, slowdowns: tuple[float, ...], round_cvs: tuple[float, ...], r
         nz = Noise(cv, noise.tail_df, noise.drift, noise.machine_cv, noise.ratio_cv)
         counts = {s: [] for s in slowdowns}
         for _ in range(baselines):
-            base = round_samples(synthetic_results(rng, rounds=rounds, noise=nz))
+            base = round_samples(pool([synthetic_results(rng, rounds=rounds, noise=nz)
+                                       for _ in range(baseline_runs)]))
             for s in slowdowns:
                 n = 0
                 for _ in range(runs_per_baseline):
@@ -158,11 +160,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD)
     p.add_argument("--ratio-cv", type=float, default=Noise().ratio_cv,
                    help="run-to-run sd of the ratio (relative), not cancelled by it")
+    p.add_argument("--baseline-runs", type=int, default=1,
+                   help="runs pooled into each baseline")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     rows = flag_counts(slowdowns=(0.0, 0.03, 0.05), round_cvs=(0.005, 0.01, 0.02),
                        rounds=a.rounds, baselines=a.baselines, runs_per_baseline=a.runs,
-                       threshold=a.threshold, noise=Noise(ratio_cv=a.ratio_cv), seed=a.seed)
+                       threshold=a.threshold, noise=Noise(ratio_cv=a.ratio_cv),
+                       baseline_runs=a.baseline_runs, seed=a.seed)
     print(tabulate([[f"{r['round_cv']:.1%}", f"{r['slowdown']:.0%}",
                      f"{r['flagged']}/{r['runs']} ({r['flagged'] / r['runs']:.1%})",
                      f"{r['worst_set']}/{r['set_size']}"] for r in rows],
