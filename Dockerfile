@@ -70,14 +70,17 @@ USER 1000:1000
 ENTRYPOINT ["nox", "--no-venv", "-s"]
 CMD ["reproduce"]
 
-# Last, so that a new commit or date does not invalidate the cached layers above.
+# Last, so that a new commit or date does not invalidate the cached layers above. `nox -s docker`
+# fills these in; a plain `docker build` leaves them empty (see docs/docker.md).
 ARG BASE_IMAGE
-ARG VERSION=0.1.0
-ARG REVISION=unknown
-ARG CREATED=unknown
-ARG SOURCE=unknown
+ARG VERSION=""
+ARG REVISION=""
+ARG CREATED=""
+ARG SOURCE=""
+# The source tree has no .git: results JSON take their git commit from here (flashrepro.env).
+ENV FLASHREPRO_GIT_COMMIT=${REVISION}
 LABEL org.opencontainers.image.title="flashrepro" \
-      org.opencontainers.image.description="Triton FlashAttention-2 forward kernel: reproduce timings vs torch and SASS counts" \
+      org.opencontainers.image.description="Triton FlashAttention-2 forward kernel: timings vs torch and SASS counts, reproduced" \
       org.opencontainers.image.licenses="MIT" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.revision="${REVISION}" \

@@ -128,7 +128,8 @@ def _git(*args: str) -> str | None:
 def docker(session: nox.Session) -> None:
     """Build the image and run ``tests`` and ``sass`` inside it on the CPU (docs/docker.md).
 
-    Arguments after ``--`` go to ``docker build``, e.g. ``--build-arg BASE_IMAGE=...``. The
+    Arguments after ``--`` go to ``docker build``, e.g. ``--build-arg BASE_IMAGE=...`` or
+    ``--build-arg SOURCE=<repository URL>`` (not taken from git: a remote URL may hold a token). The
     host's CA bundle ($SSL_CERT_FILE, else Debian's) goes in as the BuildKit secret
     ``ca_bundle``. $FLASHREPRO_IMAGE names the image (flashrepro:dev), $DOCKER the client.
     """
@@ -136,8 +137,9 @@ def docker(session: nox.Session) -> None:
     image = os.environ.get("FLASHREPRO_IMAGE", "flashrepro:dev")
     labels = {
         "VERSION": nox.project.load_toml("pyproject.toml")["project"]["version"],
-        "REVISION": _git("rev-parse", "HEAD"),
-        "SOURCE": _git("remote", "get-url", "origin"),
+        # "-dirty": tracked files differ from the commit (untracked files are not checked)
+        "REVISION": (_git("rev-parse", "HEAD") or "")
+        + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else ""),
         "CREATED": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     }
     build = [docker_cli, "build", "--tag", image]
