@@ -61,18 +61,19 @@ CPU_CONFIGS = [KernelConfig(16, 16, 4, 1), KernelConfig(32, 16, 4, 1), KernelCon
 @pytest.mark.parametrize("d", [16, 40, 64])
 def test_interpreter_parity(d: int, lq: int, lk: int, causal: bool, config: KernelConfig,
                             device: torch.device) -> None:
-    q, k, v = random_qkv(2, 2, lq, lk, d, torch.float16, device)
+    # B != H, so a batch/head index mix-up cannot map one-to-one
+    q, k, v = random_qkv(2, 3, lq, lk, d, torch.float16, device)
     check_parity(q, k, v, causal=causal, config=config)
 
 
-@pytest.mark.parametrize("heads_per_group", [1, 2, 3])
+@pytest.mark.parametrize("heads_per_group", [1, 4, 6])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_head_groups(heads_per_group: int, causal: bool, device: torch.device,
                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Every (batch, head, query block) is computed once whatever the group size, including
-    a last group with fewer heads (B·H = 4 with groups of 3)."""
+    a last group with fewer heads (B·H = 6 with groups of 4), and B != H."""
     monkeypatch.setattr(flashrepro.api, "_heads_per_group", lambda *args: heads_per_group)
-    q, k, v = random_qkv(2, 2, 40, 40, 16, torch.float16, device)
+    q, k, v = random_qkv(3, 2, 40, 40, 16, torch.float16, device)
     check_parity(q, k, v, causal=causal, config=KernelConfig(16, 16, 4, 1))
 
 

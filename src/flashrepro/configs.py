@@ -30,6 +30,7 @@ class KernelConfig:
             cannot be used the launch falls back to pointer loads.
 
     Raises:
+        TypeError: a size that is not an int, or ``tma`` that is not a bool.
         ValueError: if a field breaks the rule stated above.
     """
 
@@ -40,6 +41,12 @@ class KernelConfig:
     tma: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "num_warps", "num_stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if not isinstance(self.tma, bool):
+            raise TypeError(f"tma must be a bool, got {type(self.tma).__name__} {self.tma!r}")
         for name in ("block_m", "block_n"):
             value = getattr(self, name)
             if value not in _VALID_BLOCKS:
