@@ -248,3 +248,27 @@ def test_article_too_many_heads(device: torch.device) -> None:
 def test_article_config_wrong_type(qkv) -> None:
     with pytest.raises(TypeError, match=r"^config must be a KernelConfig, got str$"):
         flashrepro.article_attention(*qkv, config="article")
+
+
+# -- review findings: bf16 under the interpreter, out sharing memory with an input --
+
+def test_bfloat16_on_cpu_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flashrepro.api, "interpreter_mode", lambda: True)
+    q, k, v = random_qkv(1, 2, 8, 8, 16, torch.bfloat16, torch.device("cpu"))
+    with pytest.raises(TypeError, match=r"bfloat16 CPU tensors: .*triton issue 11584"):
+        flashrepro.attention(q, k, v)
+
+
+def test_out_shares_memory_with_k(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^out must not share memory with k"):
+        flashrepro.attention(q, k, v, out=k)
+
+
+def test_out_partly_overlaps_q(device: torch.device) -> None:
+    buf = torch.randn(2 * 4 * 8 * 16 + 16, device=device).half()
+    q = buf[:2 * 4 * 8 * 16].view(2, 4, 8, 16)
+    out = buf[16:].view(2, 4, 8, 16)
+    _, k, v = random_qkv(2, 4, 8, 8, 16, torch.float16, device)
+    with pytest.raises(ValueError, match=r"^out must not share memory with q"):
+        flashrepro.attention(q, k, v, out=out)

@@ -62,7 +62,8 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     2. q, k and v are ``torch.Tensor`` (TypeError) with 4 dims (B, H, L, D) (ValueError) and
        dtype float16 or bfloat16 (TypeError); all three share one dtype (TypeError).
     3. q, k and v are on one device (ValueError), and it is a CUDA device, or the CPU when the
-       kernels run under Triton's interpreter, see :func:`interpreter_mode` (ValueError).
+       kernels run under Triton's interpreter, see :func:`interpreter_mode` (ValueError); on the
+       CPU only float16, since the interpreter's bfloat16 ``tl.dot`` is wrong (TypeError).
     4. None of them requires grad while autograd is on: the kernel is forward-only, and an
        output without a gradient would be a silent wrong result in training (ValueError).
     5. v has k's shape (B, H_kv, Lk, D); k has q's batch B and head dim D (ValueError).
@@ -104,6 +105,10 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     if q.device.type not in ("cuda", "cpu"):
         raise ValueError(f"q, k and v must be CUDA tensors (or CPU tensors under "
                          f"TRITON_INTERPRET=1), got device {q.device}")
+    if q.device.type == "cpu" and q.dtype == torch.bfloat16:
+        raise TypeError("q, k and v are bfloat16 CPU tensors: Triton's interpreter computes "
+                        "bfloat16 tl.dot wrongly (upstream triton issue 11584); use float16 on "
+                        "the CPU, bfloat16 on a GPU")
     if torch.is_grad_enabled():
         for name, t in tensors.items():
             if t.requires_grad:
@@ -206,18 +211,36 @@ def _overlaps_itself(t: torch.Tensor) -> bool:
     return False
 
 
-def _check_out(out: object, q: torch.Tensor) -> torch.Tensor:
+def _check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
+    """`out`, checked against q (`like`) and the inputs it must not share memory with."""
     if out is None:
-        return torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        return torch.empty(like.shape, dtype=like.dtype, device=like.device)
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
-    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
-        raise ValueError(f"out must match q's shape {tuple(q.shape)}, dtype {q.dtype} and device "
-                         f"{q.device}; got {tuple(out.shape)}, {out.dtype}, {out.device}")
+    if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device:
+        raise ValueError(f"out must match q's shape {tuple(like.shape)}, dtype {like.dtype} "
+                         f"and device {like.device}; got {tuple(out.shape)}, {out.dtype}, {out.device}")
     if _overlaps_itself(out):
         raise ValueError(f"out must not overlap itself (each element its own memory), got "
                          f"strides {out.stride()} for shape {tuple(out.shape)}")
+    for name, t in inputs.items():
+        same_view = (name == "q" and out.data_ptr() == t.data_ptr()
+                     and out.stride() == t.stride())
+        if not same_view and _byte_ranges_meet(out, t):
+            raise ValueError(f"out must not share memory with {name} (other programs may still "
+                             f"read it); out=q itself is allowed")
     return out
+
+
+def _byte_ranges_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether the memory spans of a and b (first to last element, in bytes) intersect."""
+    if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
+        return False
+    def span(t: torch.Tensor) -> tuple[int, int]:
+        last = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True))
+        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+    (a0, a1), (b0, b1) = span(a), span(b)
+    return a0 < b1 and b0 < a1
 
 
 def _fits_int32(t: torch.Tensor, *dim_blocks: tuple[int, int]) -> bool:
@@ -324,7 +347,7 @@ def attention(
     _check_flag("return_lse", return_lse)
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    o = _check_out(out, q)
+    o = _check_out(out, q, q=q, k=k, v=v)
     cfg = _resolve_config(config, d, causal, lq, q.device)
     lse = torch.empty((b, h, lq), dtype=torch.float32, device=q.device)
     if o.numel() == 0:
@@ -414,7 +437,7 @@ def article_attention(
     if config.block_m % config.block_n:
         raise ValueError(f"the article kernel needs BLOCK_M to be a multiple of BLOCK_N, got "
                          f"{config.block_m}x{config.block_n}")
-    o = _check_out(out, q)
+    o = _check_out(out, q, q=q, k=k, v=v)
     if o.numel() == 0:
         return o
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)

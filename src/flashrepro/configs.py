@@ -69,7 +69,7 @@ ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
 """The article's launch: BLOCK_M = BLOCK_N = 64 and 4 warps (seed ``000_5de0d8ad12f287ab.txt``).
 
 The article does not state num_stages; 3 is Triton's tutorial default and what
-``../shared/ARTICLE.md`` measured on the H200.
+``docs/article.md`` measured on the H200.
 """
 
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE}
