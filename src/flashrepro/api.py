@@ -219,7 +219,8 @@ def _check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch
         raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
     if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device:
         raise ValueError(f"out must match q's shape {tuple(like.shape)}, dtype {like.dtype} "
-                         f"and device {like.device}; got {tuple(out.shape)}, {out.dtype}, {out.device}")
+                         f"and device {like.device}; got {tuple(out.shape)}, {out.dtype}, "
+                         f"{out.device}")
     if _overlaps_itself(out):
         raise ValueError(f"out must not overlap itself (each element its own memory), got "
                          f"strides {out.stride()} for shape {tuple(out.shape)}")
