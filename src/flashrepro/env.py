@@ -91,9 +91,22 @@ def capture() -> dict[str, Any]:
     return env
 
 
+def require_gpu() -> bool:
+    """Whether a missing GPU is an error here (``FLASHREPRO_REQUIRE_GPU=1``, the GPU runners)."""
+    return os.environ.get("FLASHREPRO_REQUIRE_GPU", "0") == "1"
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--require-gpu", action="store_true",
-                        default=os.environ.get("FLASHREPRO_REQUIRE_GPU") == "1",
+                        default=require_gpu(),
                         help="exit 1 when no CUDA GPU is visible (default from "
                              "FLASHREPRO_REQUIRE_GPU=1)")
 

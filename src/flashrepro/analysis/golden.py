@@ -70,9 +70,13 @@ def load(path: Path) -> dict[str, Any] | None:
     """
     if not path.is_file():
         return None
-    doc = json.loads(path.read_text())
-    if doc.get("schema") != SCHEMA:
-        raise ValueError(f"{path} has schema {doc.get('schema')!r}, expected {SCHEMA!r}")
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
+        found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
+        raise ValueError(f"{path} has schema {found!r}, expected {SCHEMA!r}")
     return doc
 
 

@@ -6,7 +6,7 @@ is one step over BLOCK_N keys: S = Q·Kᵀ (BLOCK_M x BLOCK_N, reduction over HE
 O += P·V (BLOCK_M x HEAD_DIM, reduction over BLOCK_N). The kernel's code holds ``loop_bodies``
 copies of it (the causal off-band loop and the masked diagonal loop: 2 in the article; see
 :func:`fa2_loop_bodies` for torch's kernel). Source: seed ``000_5de0d8ad12f287ab.txt`` (digest
-in ``../shared/ARTICLE.md``), generalised from "warps split the rows" to any warp grid.
+in ``docs/article.md``), generalised from "warps split the rows" to any warp grid.
 
 **mma.sync path** (sm_80/86/89, and sm_90 with ``DISABLE_MMA_V3=1``) — :func:`mma_sync_gemm`.
 ``mma.sync.m16n8k16`` (SASS ``HMMA.16816.F32``) multiplies a 16x16 A fragment by a 16x8 B
@@ -43,7 +43,7 @@ N <= 256, reading B (and A, unless A is in registers) straight from shared memor
 descriptors: no LDSM. Warpgroups split the rows first (Triton's MMAv3 warps-per-tile rule), so
 with ``wg = num_warps/4``, ``wg_m = min(wg, m/64)``, ``wg_n = wg/wg_m``, the static count per
 product is (m/wg_m/64) · ceil((n/wg_n)/256) · k/16. Article config: S: 1·1·128/16 = 8, P·V:
-1·1·64/16 = 4, so 12 per stage and 24 in all (``../shared/ARTICLE.md``, "Static SASS"). P feeds
+1·1·64/16 = 4, so 12 per stage and 24 in all (``docs/article.md``, "Static SASS"). P feeds
 P·V from registers (the wgmma accumulator layout is the A-operand layout: Triton's
 ``matchMmaV3AndDotOperandLayout``), so the loop bodies hold no LDSM.
 """

@@ -233,7 +233,14 @@ def run(args: argparse.Namespace) -> int:
     if args.workers is not None and args.workers < 1:
         print(f"--workers must be >= 1, got {args.workers}", file=sys.stderr)
         return 2
-    report = sass_report(args.archs, args.torch_lib, args.golden, args.workers, args.update)
+    if args.golden is not None and not args.golden.is_file() and not args.update:
+        print(f"--golden: no such file: {args.golden} (--update creates it)", file=sys.stderr)
+        return 2
+    try:
+        report = sass_report(args.archs, args.torch_lib, args.golden, args.workers, args.update)
+    except (ValueError, RuntimeError) as exc:  # a bad golden file, a library cuobjdump rejects
+        print(f"sass: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
     if args.update:
         print(f"wrote {report['golden']['path']}")
     print(report["text"])

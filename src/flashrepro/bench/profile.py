@@ -110,7 +110,7 @@ PATHS: dict[str, dict[str, str]] = {"mma.sync": {"DISABLE_MMA_V3": "1"}, "wgmma"
 # Static SASS instructions per warp of the article kernel at the article config, Triton 3.6,
 # by class: (per key-block iteration, outside the loops). HMMA: seed 000's model,
 # 2·BM·BN·D/(16·8·16·warps) = 128 (Q·Kᵀ and P·V, 64 each). LDSM on mma.sync: the 112
-# LDSM.16.M88.4 + 16 LDSM.16.MT88.4 of ../shared/ARTICLE.md's static SASS all sit in the two
+# LDSM.16.M88.4 + 16 LDSM.16.MT88.4 of docs/article.md's static SASS all sit in the two
 # loop bodies, 64 per body. HGMMA: D/16 = 8 HGMMA.64x64x16 (Q·Kᵀ) + BN/16 = 4 HGMMA.64x128x16
 # (P·V, P from registers) per body; the wgmma build's 8 LDSM are in the epilogue, once per warp.
 # TODO(sass helper): take these from flashrepro.analysis.sass / .model once merged.
@@ -125,7 +125,7 @@ COUNTED: dict[str, tuple[str, ...]] = {"hmma": ("HMMA", "HGMMA"), "hgmma": ("HGM
 HMMA pipe also executes HGMMA: on the H200 (ncu 2025.3.1) the wgmma build of the article kernel
 gave ``smsp__inst_executed_pipe_tensor_op_hmma.sum`` = ``..._gmma.sum`` = 208,896."""
 
-SEED_004 = {  # published figures of seed 004_bbfcec059c1c5419.txt (../shared/ARTICLE.md)
+SEED_004 = {  # published figures of seed 004_bbfcec059c1c5419.txt (docs/article.md)
     "v1": "11.58 GB read, 5.54 GB written",
     "v2_kcol": "412.18 MB read (-92.98% vs v1), ~80 MB written; 63.64% of shared wavefronts "
                "are conflicts (6.3-way); +6% speed vs v1",

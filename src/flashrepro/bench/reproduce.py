@@ -108,9 +108,10 @@ def _mma_sync_records(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=int, default=100,
+    parser.add_argument("--rounds", type=env.positive_int, default=100,
                         help="interleaved rounds (default 100, as the gate experiment)")
-    parser.add_argument("--calls", type=int, default=10, help="timed calls per kernel per round")
+    parser.add_argument("--calls", type=env.positive_int, default=10,
+                        help="timed calls per kernel per round")
     parser.add_argument("--out", type=Path, default=None,
                         help="results folder (default $FLASHREPRO_RESULTS_DIR or "
                              "reproduce/results/<gpu-key>)")
@@ -141,6 +142,10 @@ def run(args: argparse.Namespace) -> int:
         print("reproduce: timing needs a CUDA GPU (torch sees none); SASS table only.")
         if sass is not None:
             print(sass["text"])
+        if args.gate or args.update_baseline or env.require_gpu():
+            print("reproduce: --gate/--update-baseline (or FLASHREPRO_REQUIRE_GPU=1) need the "
+                  "timings: failing")
+            return 1
         return 0
     environment = env.capture()
     clocks_before = env.nvml_clocks()

@@ -99,20 +99,20 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lengths", type=int, nargs="+",
+    parser.add_argument("--lengths", type=env.positive_int, nargs="+",
                         default=[512, 1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
+    parser.add_argument("--head-dims", type=env.positive_int, nargs="+", default=[64, 128])
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
-    parser.add_argument("--tokens", type=int, default=16384, help="B·L per point")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--tokens", type=env.positive_int, default=16384, help="B·L per point")
+    parser.add_argument("--rounds", type=env.positive_int, default=3)
+    parser.add_argument("--calls", type=env.positive_int, default=10)
     parser.add_argument("--out", type=Path, default=None, help="results folder")
 
 
 def run(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("bench: the sweep needs a CUDA GPU (torch sees none)")
-        return 0
+        return 1 if env.require_gpu() else 0
     environment = env.capture()
     points = [measure_point(p, args.rounds, args.calls)
               for p in sweep_problems(args.lengths, args.head_dims, args.dtypes, args.tokens)]

@@ -16,6 +16,7 @@ import statistics
 import torch
 from tabulate import tabulate
 
+from flashrepro import env
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem
 from flashrepro.bench.timing import time_calls
@@ -76,18 +77,19 @@ def best_config(problem: Problem, calls: int) -> tuple[KernelConfig, list[list]]
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lengths", type=int, nargs="+",
+    parser.add_argument("--lengths", type=env.positive_int, nargs="+",
                         default=[512, 1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    parser.add_argument("--tokens", type=int, default=16384, help="B·L per problem")
-    parser.add_argument("--calls", type=int, default=20, help="timed calls per candidate")
+    parser.add_argument("--head-dims", type=env.positive_int, nargs="+", default=[64, 128])
+    parser.add_argument("--tokens", type=env.positive_int, default=16384, help="B·L per problem")
+    parser.add_argument("--calls", type=env.positive_int, default=20,
+                        help="timed calls per candidate")
     parser.add_argument("--write", action="store_true", help=f"update {TUNED_TABLE}")
 
 
 def run(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("tune: needs a CUDA GPU (torch sees none)")
-        return 1
+        return 1 if env.require_gpu() else 0
     major, minor = torch.cuda.get_device_capability()
     arch = 10 * major + minor
     table = json.loads(TUNED_TABLE.read_text()) if TUNED_TABLE.exists() else {}

@@ -14,7 +14,7 @@ Noise model of one run (per-round medians, µs): kernel k in round r of run j is
 * ``e_kr``: Student-t with ``tail_df`` degrees of freedom scaled to unit variance: per-round
   noise with heavy tails (occasional outlier rounds).
 
-Means are the article config's on an H200 (``../shared/ARTICLE.md``: plain Triton kernel
+Means are the article config's on an H200 (``docs/article.md``: plain Triton kernel
 47 µs, torch flash backend 61 µs). Run ``python -m flashrepro.gate.simulate`` for the table in
 ``reproduce/NOTES.md`` (Gate).
 """

@@ -10,7 +10,10 @@ on the mma.sync path) — so that the article's counts stay reproducible while
 ``reproduce/golden/``.
 
 Scope: power-of-two head dims, top-left causal alignment (SDPA's ``is_causal``), any Lq and Lk,
-equal query and key/value heads.
+equal query and key/value heads. Known limit, kept because it is the article's (and the Triton
+tutorial's) code: masked scores get an additive -1.0e6 rather than -inf, so when the visible
+scores of a row are themselves below about -1e6 (huge ``scale`` or magnitudes) the masked keys
+win. :func:`flashrepro.attention` masks with -inf and has no such limit.
 """
 
 import triton

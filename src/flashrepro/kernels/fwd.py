@@ -20,7 +20,8 @@ counts: each stage's loop body holds one Q·Kᵀ and one P·V matrix product.
 
 Causal semantics: query row ``i`` sees key ``j`` iff ``j <= i + CAUSAL_OFFSET``. SDPA's
 ``is_causal`` (top-left alignment) is offset 0; the bottom-right alignment of FlashAttention-2
-and KV-cache decoding is offset ``Lk - Lq``.
+and KV-cache decoding is offset ``Lk - Lq``. The kernel needs Lk >= 1 (the API answers Lk = 0
+itself).
 """
 
 import triton
@@ -184,10 +185,13 @@ def attn_fwd_kernel(
                                 causal_offset, qk_scale, BLOCK_N, HEAD_DIM, BLOCK_D, CAUSAL,
                                 True, USE_TMA)
 
-    # -- epilogue: normalise once; rows that saw no key (possible only with a bottom-right
-    # causal offset and Lq > Lk) get output 0 and LSE -inf, as FlashAttention-2 defines --
-    l_safe = tl.where(l_i == 0.0, 1.0, l_i)
-    o = (acc / l_safe[:, None]).to(q.dtype)
+    # -- epilogue: normalise once. Rows that see no key (possible only with a bottom-right
+    # causal offset and Lq > Lk) get output 0 and LSE -inf, as FlashAttention-2 defines;
+    # rows that see keys whose scores are all -inf (infinite inputs) get 0/0 = NaN, as
+    # SDPA's softmax does --
+    if CAUSAL:
+        l_i = tl.where(offs_m + causal_offset < 0, 1.0, l_i)
+    o = (acc / l_i[:, None]).to(q.dtype)
     if USE_TMA:
         # The copy engine drops rows past Lq and columns past HEAD_DIM.
         O.store([off_b, off_h, start_m * BLOCK_M, 0], o.reshape(1, 1, BLOCK_M, BLOCK_D))

@@ -1,0 +1,274 @@
+"""One test per error path of flashrepro's public API (issue 9).
+
+Each bad input must raise a TypeError or ValueError whose message names the argument and the
+rule it breaks, before anything reaches Triton. The rules are listed in
+:func:`flashrepro.api.validate` and :func:`flashrepro.attention`'s docstring.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flashrepro
+import flashrepro.api
+from flashrepro import KernelConfig
+from tests.reference import random_qkv
+
+
+@pytest.fixture
+def qkv(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Valid small inputs: (B, H, L, D) = (2, 4, 8, 16), float16."""
+    return random_qkv(2, 4, 8, 8, 16, torch.float16, device)
+
+
+# -- flags --
+
+@pytest.mark.parametrize("flag", ["causal", "enable_gqa", "return_lse"])
+def test_flag_not_bool(qkv, flag: str) -> None:
+    with pytest.raises(TypeError, match=rf"^{flag} must be a bool, got str 'yes'"):
+        flashrepro.attention(*qkv, **{flag: "yes"})
+
+
+# -- q, k, v: type, rank, dtype --
+
+def test_input_not_a_tensor(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(TypeError, match=r"^v must be a torch.Tensor, got ndarray"):
+        flashrepro.attention(q, k, v.numpy(force=True))
+
+
+def test_wrong_rank(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^k must have 4 dims \(B, H, L, D\), got shape "
+                                         r"\(2, 4, 8\)"):
+        flashrepro.attention(q, k[:, :, :, 0], v)
+
+
+def test_unsupported_dtype(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(TypeError, match=r"^q has dtype torch.float32; supported dtypes: "
+                                        r"float16, bfloat16$"):
+        flashrepro.attention(q.float(), k, v)
+
+
+def test_mixed_dtypes(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(TypeError, match=r"^q, k and v must share one dtype, got torch.float16, "
+                                        r"torch.bfloat16, torch.float16$"):
+        flashrepro.attention(q, k.bfloat16(), v)
+
+
+# -- devices --
+
+def test_mixed_devices(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^q, k and v must be on one device, got .*meta"):
+        flashrepro.attention(q, k.to("meta"), v)
+
+
+def test_cpu_tensors_outside_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flashrepro.api, "interpreter_mode", lambda: False)
+    q, k, v = random_qkv(1, 2, 8, 8, 16, torch.float16, torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"^q, k and v are CPU tensors, but the kernels run on "
+                                         r"CUDA devices; .*TRITON_INTERPRET=1"):
+        flashrepro.attention(q, k, v)
+
+
+def test_unsupported_device() -> None:
+    q = torch.empty(1, 2, 8, 16, dtype=torch.float16, device="meta")
+    with pytest.raises(ValueError, match=r"^q, k and v must be CUDA tensors \(or CPU tensors "
+                                         r"under TRITON_INTERPRET=1\), got device meta"):
+        flashrepro.attention(q, q, q)
+
+
+# -- autograd --
+
+def test_requires_grad(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^k requires grad, but flashrepro's attention is "
+                                         r"forward-only \(no autograd\); .*torch.no_grad\(\)"):
+        flashrepro.attention(q, k.requires_grad_(), v)
+
+
+# -- shapes --
+
+def test_v_shape_differs_from_k(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^v must have k's shape \(B, H_kv, Lk, D\) = "
+                                         r"\(2, 4, 8, 16\), got \(2, 4, 7, 16\)"):
+        flashrepro.attention(q, k, v[:, :, :7])
+
+
+def test_batch_mismatch(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^k and v must have q's batch size B=1, got 2"):
+        flashrepro.attention(q[:1], k, v)
+
+
+def test_head_dim_mismatch(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^k and v must have q's head dim D=8, got 16"):
+        flashrepro.attention(q[..., :8], k, v)
+
+
+@pytest.mark.parametrize("d", [0, 257])
+def test_head_dim_out_of_range(d: int, device: torch.device) -> None:
+    q, k, v = random_qkv(1, 1, 4, 4, d, torch.float16, device)
+    with pytest.raises(ValueError, match=rf"^head dim D must be in 1..256, got {d}$"):
+        flashrepro.attention(q, k, v)
+
+
+def test_heads_mismatch_without_gqa(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^k and v must have q's head count H=4, got 2 "
+                                         r"\(pass enable_gqa=True"):
+        flashrepro.attention(q, k[:, :2], v[:, :2])
+
+
+@pytest.mark.parametrize("h_kv", [3, 0])
+def test_heads_not_a_multiple_with_gqa(qkv, h_kv: int) -> None:
+    q, k, v = qkv
+    k, v = k[:, :1].expand(-1, h_kv, -1, -1), v[:, :1].expand(-1, h_kv, -1, -1)
+    with pytest.raises(ValueError, match=rf"^with enable_gqa, q's heads H=4 must be a multiple "
+                                         rf"of k/v's heads H_kv={h_kv}$"):
+        flashrepro.attention(q, k, v, enable_gqa=True)
+
+
+def test_too_many_query_rows(device: torch.device) -> None:
+    # a broadcast view: 2^20 x 2^10 x 2^15 rows of one stored element
+    q = torch.randn(1, 1, 1, 16, device=device).half().expand(2**20, 2**10, 2**15 + 1, 16)
+    with pytest.raises(ValueError, match=r"^B·H·Lq = 35185445830656 query rows exceed the "
+                                         r"launch limit of 2147483647 programs of at least 16 "
+                                         r"rows$"):
+        flashrepro.attention(q, q, q)
+
+
+# -- scale, causal_alignment --
+
+@pytest.mark.parametrize("scale", ["0.5", True, torch.tensor(0.5)], ids=["str", "bool", "tensor"])
+def test_scale_not_a_number(qkv, scale: object) -> None:
+    with pytest.raises(TypeError, match=r"^scale must be None or a real number, got "):
+        flashrepro.attention(*qkv, scale=scale)
+
+
+@pytest.mark.parametrize("scale", [-0.1, float("nan"), float("inf"), -float("inf")])
+def test_scale_negative_or_not_finite(qkv, scale: float) -> None:
+    with pytest.raises(ValueError, match=rf"^scale must be a finite number >= 0, got {scale}$"):
+        flashrepro.attention(*qkv, scale=scale)
+
+
+def test_bad_causal_alignment(qkv) -> None:
+    with pytest.raises(ValueError, match=r"^causal_alignment must be 'top_left' .* or "
+                                         r"'bottom_right', got 'lower_right'$"):
+        flashrepro.attention(*qkv, causal=True, causal_alignment="lower_right")
+
+
+# -- out --
+
+def test_out_not_a_tensor(qkv) -> None:
+    with pytest.raises(TypeError, match=r"^out must be a torch.Tensor or None, got list$"):
+        flashrepro.attention(*qkv, out=[])
+
+
+@pytest.mark.parametrize("change", ["shape", "dtype", "device"])
+def test_out_mismatch(qkv, change: str) -> None:
+    q = qkv[0]
+    out = {"shape": lambda: torch.empty_like(q[:, :, :7]),
+           "dtype": lambda: torch.empty_like(q, dtype=torch.bfloat16),
+           "device": lambda: torch.empty_like(q, device="meta")}[change]()
+    with pytest.raises(ValueError, match=r"^out must match q's shape \(2, 4, 8, 16\), dtype "
+                                         r"torch.float16 and device"):
+        flashrepro.attention(*qkv, out=out)
+
+
+def test_out_overlaps_itself(qkv) -> None:
+    q = qkv[0]
+    out = torch.empty_like(q[:, :1]).expand(q.shape)  # stride 0 over the heads
+    with pytest.raises(ValueError, match=r"^out must not overlap itself .*got strides "
+                                         r"\(128, 0, 16, 1\)"):
+        flashrepro.attention(*qkv, out=out)
+
+
+# -- config --
+
+def test_config_wrong_type(qkv) -> None:
+    with pytest.raises(TypeError, match=r"^config must be a KernelConfig, a name from "
+                                        r"\['article'\] or None, got dict$"):
+        flashrepro.attention(*qkv, config={"block_m": 64})
+
+
+def test_config_unknown_name(qkv) -> None:
+    with pytest.raises(ValueError, match=r"^config must be a KernelConfig or one of "
+                                         r"\['article'\], got 'fast'$"):
+        flashrepro.attention(*qkv, config="fast")
+
+
+@pytest.mark.parametrize("fields,message", [
+    ((48, 64, 4, 3), r"^block_m must be one of \(16, 32, 64, 128, 256\), got 48$"),
+    ((64, 8, 4, 3), r"^block_n must be one of \(16, 32, 64, 128, 256\), got 8$"),
+    ((64, 64, 3, 3), r"^num_warps must be a power of two in 1..16, got 3$"),
+    ((64, 64, 4, 0), r"^num_stages must be in 1..8, got 0$"),
+], ids=["block_m", "block_n", "num_warps", "num_stages"])
+def test_bad_kernel_config(fields: tuple[int, int, int, int], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KernelConfig(*fields)
+
+
+@pytest.mark.gpu
+def test_config_too_big_for_the_gpu(device: torch.device) -> None:
+    q, k, v = random_qkv(1, 1, 256, 256, 256, torch.float16, device)
+    with pytest.raises(ValueError, match=r"^config 256x256 w1 s8 does not fit this GPU for "
+                                         r"D=256: "):
+        flashrepro.attention(q, k, v, config=KernelConfig(256, 256, 1, 8))
+
+
+# -- the article kernel's own rules --
+
+def test_article_head_dim_not_a_power_of_two(device: torch.device) -> None:
+    q, k, v = random_qkv(1, 1, 8, 8, 40, torch.float16, device)
+    with pytest.raises(ValueError, match=r"^the article kernel needs a power-of-two head dim "
+                                         r">= 16, got D=40$"):
+        flashrepro.article_attention(q, k, v)
+
+
+def test_article_block_m_not_a_multiple_of_block_n(qkv) -> None:
+    with pytest.raises(ValueError, match=r"^the article kernel needs BLOCK_M to be a multiple "
+                                         r"of BLOCK_N, got 32x64$"):
+        flashrepro.article_attention(*qkv, config=KernelConfig(32, 64, 4, 1))
+
+
+def test_article_too_many_heads(device: torch.device) -> None:
+    q = torch.randn(1, 1, 1, 16, device=device).half().expand(2, 32768, 4, 16)
+    with pytest.raises(ValueError, match=r"^the article kernel needs B·H <= 65535 \(CUDA's "
+                                         r"gridDim.y\), got 65536$"):
+        flashrepro.article_attention(q, q, q)
+
+
+def test_article_config_wrong_type(qkv) -> None:
+    with pytest.raises(TypeError, match=r"^config must be a KernelConfig, got str$"):
+        flashrepro.article_attention(*qkv, config="article")
+
+
+# -- review findings: bf16 under the interpreter, out sharing memory with an input --
+
+def test_bfloat16_on_cpu_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flashrepro.api, "interpreter_mode", lambda: True)
+    q, k, v = random_qkv(1, 2, 8, 8, 16, torch.bfloat16, torch.device("cpu"))
+    with pytest.raises(TypeError, match=r"bfloat16 CPU tensors: .*triton issue 11584"):
+        flashrepro.attention(q, k, v)
+
+
+def test_out_shares_memory_with_k(qkv) -> None:
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=r"^out must not share memory with k"):
+        flashrepro.attention(q, k, v, out=k)
+
+
+def test_out_partly_overlaps_q(device: torch.device) -> None:
+    buf = torch.randn(2 * 4 * 8 * 16 + 16, device=device).half()
+    q = buf[:2 * 4 * 8 * 16].view(2, 4, 8, 16)
+    out = buf[16:].view(2, 4, 8, 16)
+    _, k, v = random_qkv(2, 4, 8, 8, 16, torch.float16, device)
+    with pytest.raises(ValueError, match=r"^out must not share memory with q"):
+        flashrepro.attention(q, k, v, out=out)
