@@ -680,3 +680,26 @@ def test_cli_pools_several_results_only_for_a_baseline(tmp_path: Path,
     assert "only with --update-baseline" in capsys.readouterr().err
     assert cli_main([*args, "--update-baseline"]) == ExitCode.PASS
     assert all(json.loads(p.read_text())["gate"]["status"] == "baseline-updated" for p in paths)
+
+
+# -- review findings: only reproduce results, and a GPU key that is its name's --
+
+@pytest.mark.parametrize("field,value", [("schema", "flashrepro.results/99"), ("kind", "bench")])
+def test_results_of_another_schema_or_kind_are_refused(baseline_dir: Path, field: str,
+                                                        value: str) -> None:
+    r = _run(2)
+    r[field] = value
+    with pytest.raises(ResultsError, match=r"must be a 'flashrepro.results/1' file of kind"):
+        check(r, baseline_dir)
+
+
+def test_gpu_key_that_is_not_its_names_is_refused(tmp_path: Path) -> None:
+    """A key is a folder name: '../..' in it must not write outside the baseline folder, and a
+    renamed GPU must not borrow another GPU's baseline."""
+    for key in ("../../../evil", "nvidia-h200"):
+        env = synthetic_env()
+        env["gpu"]["key"] = key
+        env["gpu"]["name"] = "NVIDIA A100-SXM4-80GB"
+        with pytest.raises(ResultsError, match=r"is not the key of its GPU name"):
+            update_baseline(_run(2, env=env), tmp_path / "baselines")
+    assert not (tmp_path / "evil").exists()

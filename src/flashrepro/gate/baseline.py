@@ -16,13 +16,16 @@ from typing import Any
 
 import numpy as np
 
+from flashrepro.bench.reproduce import SCHEMA as RESULTS_SCHEMA
+from flashrepro.env import gpu_key
+
 SCHEMA = "flashrepro.baseline/1"
 FLASHREPRO_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel")
 """Records the gate judges: this project's kernels (names from the results JSON format)."""
 REFERENCE_RECORD = "torch-flash"
 """The denominator of the primary metric: torch SDPA's flash backend, timed in the same rounds."""
 SOFTWARE_FIELDS = ("driver", "cuda", "torch", "triton", "image_digest")
-HARDWARE_FIELDS = ("gpu_key", "sm_count")
+HARDWARE_FIELDS = ("gpu_key", "gpu_name", "sm_count")
 METHOD_FIELDS = ("timer", "l2", "calls_per_round")
 HOOK_FIELD = "injection_hook"
 """Stored in a baseline's method: whether its run had the slowdown test hook (even at 0)."""
@@ -66,6 +69,10 @@ def fingerprint(env: dict[str, Any]) -> dict[str, Any]:
     if not gpu or not gpu.get("key"):
         raise ResultsError("results 'env.gpu' is null or has no 'key': the gate compares GPU "
                            "timings, and this run saw no GPU")
+    # The key names a folder: it must be the one the GPU's name gives (no '/' or '..').
+    if gpu["key"] != gpu_key(str(gpu.get("name", ""))):
+        raise ResultsError(f"results 'env.gpu.key' {gpu['key']!r} is not the key of its GPU "
+                           f"name {gpu.get('name')!r} ({gpu_key(str(gpu.get('name', '')))!r})")
     return {"gpu_key": gpu["key"], "gpu_name": gpu.get("name"), "sm_count": gpu.get("sm_count"),
             "capability": gpu.get("capability"), "driver": gpu.get("driver"),
             "cuda": env.get("cuda"), "torch": env.get("torch"), "triton": env.get("triton"),
@@ -154,6 +161,10 @@ def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     missing = [k for k in ("env", "problem", "records") if k not in results]
     if missing:
         raise ResultsError(f"results lack the top-level keys {missing}")
+    if results.get("schema") != RESULTS_SCHEMA or results.get("kind") != "reproduce":
+        raise ResultsError(f"results must be a {RESULTS_SCHEMA!r} file of kind 'reproduce' (what "
+                           f"`python -m flashrepro reproduce` writes), got schema "
+                           f"{results.get('schema')!r}, kind {results.get('kind')!r}")
     timed = _timed(results)
     if REFERENCE_RECORD not in timed:
         raise ResultsError(f"results have no {REFERENCE_RECORD!r} record, the reference of the "

@@ -54,7 +54,9 @@ def synthetic_env(gpu_key: str = "nvidia-h200", **software: Any) -> dict[str, An
         "date": "2026-11-29T00:00:00+00:00", "git_commit": "0" * 40, "python": "3.12.3",
         "torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "cudnn": 91300,
         "image_digest": None,
-        "gpu": {"name": "NVIDIA H200", "key": gpu_key, "capability": "9.0", "sm_count": 132,
+        # a name whose flashrepro.env.gpu_key is `gpu_key` ("NVIDIA H200" for the default)
+        "gpu": {"name": gpu_key.replace("-", " ").upper(), "key": gpu_key, "capability": "9.0",
+                "sm_count": 132,
                 "memory_gib": 139.8, "driver": "580.159.03"},
     }
     for key, value in software.items():
