@@ -19,7 +19,7 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from flashrepro.configs import ARTICLE, NAMED, KernelConfig, default_config
+from flashrepro.configs import ARTICLE, NAMED, KernelConfig, default_config, launch_arch
 from flashrepro.kernels.article import article_fwd_kernel
 from flashrepro.kernels.fwd import attn_fwd_kernel
 
@@ -149,13 +149,7 @@ def _resolve_config(config: KernelConfig | str | None, head_dim: int, causal: bo
     if isinstance(config, KernelConfig):
         return config
     if config is None:
-        arch = None
-        if device.type == "cuda":
-            major, minor = torch.cuda.get_device_capability(device)
-            arch = 10 * major + minor
-            if arch >= 90 and os.environ.get("DISABLE_MMA_V3", "0") not in ("", "0"):
-                arch = 80  # Triton then builds the sm_80 (mma.sync) code: take its choice
-        return default_config(head_dim, causal, seqlen_q, arch)
+        return default_config(head_dim, causal, seqlen_q, launch_arch(device))
     if not isinstance(config, str):
         raise TypeError(f"config must be a KernelConfig, a name from {sorted(NAMED)} or None, "
                         f"got {type(config).__name__}")

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import torch
 
 _VALID_BLOCKS = (16, 32, 64, 128, 256)
 TUNED_TABLE = Path(__file__).resolve().parents[2] / "reproduce" / "tuned.json"
@@ -73,6 +76,19 @@ The article does not state num_stages; 3 is Triton's tutorial default and what
 """
 
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE}
+
+
+def launch_arch(device: torch.device | None = None) -> int | None:
+    """The arch whose code Triton builds for ``device``: its compute capability as an int (90
+    for sm_90), 80 on sm_90+ when ``DISABLE_MMA_V3=1`` makes Triton build the sm_80 (mma.sync)
+    code, None off a CUDA device (interpreter)."""
+    if device is not None and device.type != "cuda":
+        return None
+    major, minor = torch.cuda.get_device_capability(device)
+    arch = 10 * major + minor
+    if arch >= 90 and os.environ.get("DISABLE_MMA_V3", "0") not in ("", "0"):
+        return 80
+    return arch
 
 
 def length_bucket(seqlen_q: int) -> int:

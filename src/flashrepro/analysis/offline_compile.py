@@ -73,7 +73,7 @@ class Target:
     @property
     def config_arch(self) -> int:
         """The arch whose default launch config a launch here takes: on the mma.sync path of
-        sm_90 that of sm_80, whose code Triton then builds (``flashrepro.api._resolve_config``)."""
+        sm_90 that of sm_80, whose code Triton then builds (``flashrepro.configs.launch_arch``)."""
         return self.arch if self.mma_v3 else min(self.arch, 80)
 
 

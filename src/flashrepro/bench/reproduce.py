@@ -26,7 +26,7 @@ from flashrepro import env
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import Summary, interleaved_rounds
-from flashrepro.configs import ARTICLE, default_config
+from flashrepro.configs import ARTICLE, default_config, launch_arch
 from flashrepro.report import reproduce_markdown, reproduce_table
 
 SCHEMA = "flashrepro.results/1"
@@ -85,16 +85,11 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
             rec["ratio_rounds"] = ratios
         if name == "flashrepro":
             rec["config"] = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
-                                           _arch()).as_dict()
+                                           launch_arch()).as_dict()
         elif name in ("flashrepro-article-config", "article-kernel"):
             rec["config"] = ARTICLE.as_dict()
         records.append(rec)
     return records
-
-
-def _arch() -> int:
-    major, minor = torch.cuda.get_device_capability()
-    return 10 * major + minor
 
 
 def _mma_sync_records(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -150,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     environment = env.capture()
     clocks_before = env.nvml_clocks()
     records = measure(problem, [*K.FLASHREPRO, *K.TORCH_BACKENDS], args.rounds, args.calls)
-    if not args.no_mma_sync and _arch() >= 90:
+    if not args.no_mma_sync and (launch_arch() or 0) >= 90:
         records += _mma_sync_records(args)
     results = {
         "schema": SCHEMA,

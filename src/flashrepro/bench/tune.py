@@ -20,7 +20,7 @@ from flashrepro import env
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem
 from flashrepro.bench.timing import time_calls
-from flashrepro.configs import TUNED_TABLE, KernelConfig, length_bucket, table_key
+from flashrepro.configs import TUNED_TABLE, KernelConfig, launch_arch, length_bucket, table_key
 
 # The configs that won at least one point of the full grids on the H200 (reproduce/NOTES.md,
 # experiments 1-4; 30 configs were timed there), and the article's 64x64 pointer build.
@@ -90,8 +90,7 @@ def run(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("tune: needs a CUDA GPU (torch sees none)")
         return 1 if env.require_gpu() else 0
-    major, minor = torch.cuda.get_device_capability()
-    arch = 10 * major + minor
+    arch = launch_arch()
     table = json.loads(TUNED_TABLE.read_text()) if TUNED_TABLE.exists() else {}
     for problem in problems(args.lengths, args.head_dims, args.tokens):
         cfg, rows = best_config(problem, args.calls)
