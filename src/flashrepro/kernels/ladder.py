@@ -82,6 +82,22 @@ KERNEL_NAMES: dict[str, str] = {
 
 
 @triton.jit
+def _masked_softmax_step(s, m_i, l_i, offs_m, offs_n, seqlen_k, qk_scale, CAUSAL: tl.constexpr):
+    """One online-softmax step shared by every rung: mask the raw scores ``s`` (BLOCK_M x
+    BLOCK_N) to the visible keys, scale them to base-2 units (qk_scale = sm_scale·log2 e) and
+    return (p, alpha, m_new, l_new). Every row has a finite max: key 0 is visible to every row
+    and the first key block initialises m_i."""
+    visible = offs_n[None, :] < seqlen_k
+    if CAUSAL:
+        visible = visible & (offs_n[None, :] <= offs_m[:, None])
+    s = tl.where(visible, s * qk_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, 1))
+    p = tl.math.exp2(s - m_new[:, None])
+    alpha = tl.math.exp2(m_i - m_new)
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, 1)
+
+
+@triton.jit
 def ladder_v1_kernel(Q, K, V, O, Acc, M, L,
                      stride_qb, stride_qh, stride_qm, stride_qd,
                      stride_kb, stride_kh, stride_kn, stride_kd,
@@ -133,18 +149,10 @@ def ladder_v1_kernel(Q, K, V, O, Acc, M, L,
             l_i = tl.load(l_base + offs_m, mask=seen, other=0.0)
             q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :] * stride_qd,
                         mask=rows[:, None], other=0.0)
-            # -- scores, masked (base-2 units: qk_scale = sm_scale·log2 e) --
+            # -- scores, then the masked online-softmax update --
             s = tl.dot(q, tl.trans(k))
-            visible = offs_n[None, :] < seqlen_k
-            if CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None])
-            s = tl.where(visible, s * qk_scale, float("-inf"))
-            # -- online softmax update; every row has a finite max here: key 0 is visible
-            # to every row, and the first key block initialised m_i --
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            p = tl.math.exp2(s - m_new[:, None])
-            alpha = tl.math.exp2(m_i - m_new)
-            l_new = l_i * alpha + tl.sum(p, 1)
+            p, alpha, m_new, l_new = _masked_softmax_step(s, m_i, l_i, offs_m, offs_n, seqlen_k,
+                                                          qk_scale, CAUSAL)
             # FA1: O_i is kept normalised, so every step divides by the new row sum.
             o_new = (o_i * (alpha * l_i)[:, None] + tl.dot(p.to(v.dtype), v)) / l_new[:, None]
             # -- write back to HBM: the final output on the last step, the scratch otherwise --
@@ -203,15 +211,9 @@ def ladder_v2_kernel(Q, K, V, O,
             s = tl.dot(q.to(tl.float32), kt.to(tl.float32), input_precision="ieee")
         else:
             s = tl.dot(q, kt)
-        visible = offs_n[None, :] < seqlen_k
-        if CAUSAL:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None])
-        s = tl.where(visible, s * qk_scale, float("-inf"))
-        # -- online softmax; key 0 is visible to every row, so m_new is finite --
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-        p = tl.math.exp2(s - m_new[:, None])
-        alpha = tl.math.exp2(m_i - m_new)
-        l_i = l_i * alpha + tl.sum(p, 1)
+        # -- masked online-softmax update --
+        p, alpha, m_new, l_i = _masked_softmax_step(s, m_i, l_i, offs_m, offs_n, seqlen_k,
+                                                    qk_scale, CAUSAL)
         # -- acc += P·V, unnormalised --
         v = tl.load(v_ptrs + start_n * stride_vn, mask=offs_n[:, None] < seqlen_k, other=0.0)
         if FMA_DOT:
