@@ -605,12 +605,17 @@ def test_runs_with_and_without_the_test_hook_are_not_compared(tmp_path: Path) ->
         ("method.injection_hook", True, False)]
 
 
-def _reproduce_like(seed: int, child_slowdown: float = 0.0) -> dict:
-    """Like reproduce.json: main rows, other torch backends, a skipped one, and the mma.sync
-    child's rows (own torch-flash reference)."""
+def _reproduce_like(seed: int, child_slowdown: float = 0.0,
+                    non_causal_slowdown: float = 0.0) -> dict:
+    """Like reproduce.json: main rows, other torch backends, a skipped one, the non-causal
+    rows (timed in rounds of their own) and the mma.sync child's rows (own torch-flash
+    reference)."""
     rng = np.random.default_rng(seed)
     rounds = synthetic_rounds(rng, rounds=100, records=("flashrepro", "article-kernel"))
     rounds["torch-cudnn"] = list(np.asarray(rounds["torch-flash"]) * 0.57)
+    full = synthetic_rounds(rng, rounds=100, records=("flashrepro",),
+                            slowdown=non_causal_slowdown)
+    rounds.update({f"{n} (non-causal)": v for n, v in full.items()})
     child = synthetic_rounds(rng, rounds=100, records=("flashrepro",), slowdown=child_slowdown)
     rounds.update({f"{n} (mma.sync)": v for n, v in child.items()})
     results = results_from_rounds(rounds, synthetic_env())
@@ -622,13 +627,17 @@ def test_records_pair_with_the_reference_of_their_own_process(tmp_path: Path) ->
     update_baseline(_reproduce_like(1), tmp_path)
     b = json.loads((tmp_path / "nvidia-h200" / f"{ARTICLE_KEY}.json").read_text())
     assert set(b["records"]) == {"flashrepro", "article-kernel", "torch-flash",
+                                 "flashrepro (non-causal)", "torch-flash (non-causal)",
                                  "flashrepro (mma.sync)", "torch-flash (mma.sync)"}
     v = check(_reproduce_like(2), tmp_path)
     assert v.exit_code == ExitCode.PASS
     assert {c.record for c in v.comparisons} == {"flashrepro", "article-kernel",
+                                                 "flashrepro (non-causal)",
                                                  "flashrepro (mma.sync)"}
     v = check(_reproduce_like(3, child_slowdown=0.06), tmp_path)
     assert [c.record for c in v.regressions] == ["flashrepro (mma.sync)"]
+    v = check(_reproduce_like(4, non_causal_slowdown=0.06), tmp_path)
+    assert [c.record for c in v.regressions] == ["flashrepro (non-causal)"]
     b_ratio = b["records"]["flashrepro (mma.sync)"]["round_ratios"]
     b_us = b["records"]["flashrepro (mma.sync)"]["round_medians_us"]
     b_ref = b["records"]["torch-flash (mma.sync)"]["round_medians_us"]
@@ -640,7 +649,7 @@ def test_an_old_baseline_without_a_record_warns_and_judges_the_rest(tmp_path: Pa
     v = check(_reproduce_like(2), tmp_path)
     assert v.exit_code == ExitCode.PASS
     assert [c.record for c in v.comparisons] == ["flashrepro"]
-    assert sum("has no baseline samples" in w for w in v.warnings) == 3
+    assert sum("has no baseline samples" in w for w in v.warnings) == 5
 
 
 def test_a_baseline_pooled_from_several_runs(tmp_path: Path) -> None:

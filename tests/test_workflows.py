@@ -370,7 +370,7 @@ def test_script_out_of_sync_fails() -> None:
     assert problems_script_sync(wf, script.replace("# step: doctor", "# doctor"))
 
 
-# -- one pytest-xdist worker per GPU (tests/conftest.py) ---------------------------------------
+# -- pytest-xdist workers spread over the GPUs (tests/conftest.py) ----------------------------
 
 @pytest.mark.parametrize(("worker", "visible", "count", "expected"), [
     ("gw3", None, 2, "1"),          # four workers, two GPUs: gw3 -> GPU 1

@@ -36,9 +36,9 @@ fi
 # step: doctor (fails when no GPU is visible)
 in-image python3 -m flashrepro doctor --require-gpu
 
-# step: GPU parity tests (one pytest-xdist worker per visible GPU)
-ngpu=$(in-image python3 -c 'import torch; print(torch.cuda.device_count())')
-in-image python3 -m nox --no-venv -s tests -- -m gpu -n "$ngpu"
+# step: GPU parity tests (pytest-xdist, 4 workers per visible GPU)
+workers=$(in-image python3 -c 'import os, torch; print(min(4 * torch.cuda.device_count(), os.cpu_count()))')
+in-image python3 -m nox --no-venv -s tests -- -m gpu -n "$workers"
 
 # step: Executed-count SASS check (Nsight Compute; skips where ncu is absent)
 in-image python3 -m nox --no-venv -s profile -- --executed

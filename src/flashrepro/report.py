@@ -62,7 +62,9 @@ def reproduce_markdown(results: dict[str, Any], sass_text: str | None = None) ->
     parts = ["# Article reproduction", "", caption(results), "",
              tabulate(reproduce_rows(results), HEADERS, tablefmt="github"), "",
              f"'article's ratio': {PUBLISHED_NOTE}. Compare it with the `(mma.sync)` rows, "
-             "which run the same instruction path as the article's GPU.", ""]
+             "which run the same instruction path as the article's GPU. `(non-causal)` rows: "
+             "the same problem without the causal mask, timed in rounds of their own (TFLOP/s "
+             "count all 4·B·H·Lq·Lk·D FLOPs there).", ""]
     if sass_text:
         parts += ["## SASS instruction counts", "", sass_text, ""]
     return "\n".join(parts)

@@ -2,8 +2,10 @@
 
 On a CUDA GPU: checks every kernel's output against a float32 reference, times flashrepro and
 torch SDPA's flash, cuDNN and efficient backends at the article config in interleaved rounds
-(:mod:`flashrepro.bench.timing`), optionally repeats the flashrepro rows on the mma.sync path
-(``DISABLE_MMA_V3=1``, in a child process: Triton reads it at compile time), and writes
+(:mod:`flashrepro.bench.timing`), then the same kernels on the article problem without the causal
+mask (records suffixed `` (non-causal)``, issue 7's second target), optionally repeats the
+flashrepro rows on the mma.sync path (``DISABLE_MMA_V3=1``, in a child process: Triton reads it
+at compile time), and writes
 ``reproduce.json`` and ``reproduce.md`` under ``reproduce/results/<gpu-key>/``. Everywhere: the
 SASS table. Without a GPU the timing part is one line, never a traceback.
 """
@@ -11,6 +13,7 @@ SASS table. Without a GPU the timing part is one line, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import statistics
@@ -32,6 +35,8 @@ from flashrepro.report import reproduce_markdown, reproduce_table
 SCHEMA = "flashrepro.results/1"
 RESULTS_DIR = env.REPO_ROOT / "reproduce" / "results"
 BASELINE_DIR = env.REPO_ROOT / "reproduce" / "baselines"
+NON_CAUSAL = " (non-causal)"
+"""Suffix of the records timed on the article problem without its causal mask."""
 
 
 def results_dir(out: Path | None, gpu_key: str) -> Path:
@@ -57,7 +62,8 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
     """Time ``names`` on ``problem`` in interleaved rounds; one record per kernel.
 
     Returns records with per-round medians (µs), their summary, TFLOP/s of the median, the
-    ratio to ``torch-flash`` (median of per-round ratios) and the max error vs float32.
+    ratio to ``torch-flash`` (median of per-round ratios), the max error vs float32 and
+    ``causal`` (the mask of ``problem``); names get ``suffix``.
     Kernels that cannot run here (e.g. a torch backend unsupported on this GPU) get a record
     with ``skipped`` set to the reason.
     """
@@ -70,7 +76,8 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
     peer = per_round.get("torch-flash")
     records = []
     for name in names:
-        rec: dict[str, Any] = {"name": name + suffix, "description": K.DESCRIPTIONS[name]}
+        rec: dict[str, Any] = {"name": name + suffix, "description": K.DESCRIPTIONS[name],
+                               "causal": problem.causal}
         if name in skipped:
             records.append({**rec, "skipped": skipped[name]})
             continue
@@ -145,6 +152,10 @@ def run(args: argparse.Namespace) -> int:
     environment = env.capture()
     clocks_before = env.nvml_clocks()
     records = measure(problem, [*K.FLASHREPRO, *K.TORCH_BACKENDS], args.rounds, args.calls)
+    if problem.causal:
+        records += measure(dataclasses.replace(problem, causal=False),
+                           [*K.FLASHREPRO, *K.TORCH_BACKENDS], args.rounds, args.calls,
+                           suffix=NON_CAUSAL)
     if not args.no_mma_sync and (launch_arch() or 0) >= 90:
         records += _mma_sync_records(args)
     results = {
