@@ -28,7 +28,7 @@ import torch
 from flashrepro import env
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
-from flashrepro.bench.timing import Summary, interleaved_rounds
+from flashrepro.bench.timing import Summary, busy_wait_us, interleaved_rounds
 from flashrepro.configs import ARTICLE, default_config, launch_arch
 from flashrepro.report import reproduce_markdown, reproduce_table
 
@@ -169,7 +169,8 @@ def run(args: argparse.Namespace) -> int:
         "method": {
             "timer": "cuda-events per call (flashrepro.bench.timing.time_calls)",
             "l2": "flushed before every call (256 MiB buffer zeroed)",
-            "launch": "GPU busy-wait queued before each call hides host launch overhead",
+            "launch": (f"GPU busy-wait ({busy_wait_us():.0f} µs) queued before each call "
+                       "hides host launch overhead"),
             "statistic": "median of per-round medians; ratio = median of per-round ratios",
             "rounds": args.rounds,
             "calls_per_round": args.calls,

@@ -7,6 +7,13 @@ event. The busy-wait keeps host launch overhead (Python argument checks, Triton'
 of the measured interval: without it a ~50 µs kernel can be timed together with the gap in which
 the host was still launching it. Per-call times are the event intervals, in µs.
 
+The busy-wait must outlast the host's work for one call, or the gap comes back. On the H200
+host a ``flashrepro.attention`` call with TMA descriptors took about as long as the first
+busy-wait (~200 µs) and its times turned bimodal (31-97 µs for a 31 µs kernel;
+``reproduce/NOTES.md``, experiment 6). So the busy-wait is now ~1 ms, and
+:func:`time_calls` measures each call's host time and warns (:class:`HostBoundWarning`) when it
+comes within 80 % of the busy-wait's measured length.
+
 Kernels are compared in interleaved rounds (:func:`interleaved_rounds`): every round times each
 kernel once in turn (the order rotates between rounds) so that clock or thermal drift affects all
 kernels alike; a round's value for a kernel is the median of its calls in that round.
@@ -18,14 +25,37 @@ spread of the events method, not for reported numbers.
 
 from __future__ import annotations
 
+import functools
 import statistics
+import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import torch
 
 FLUSH_BYTES = 256 * 2**20
-SLEEP_CYCLES = 400_000  # ~200 µs at 2 GHz: longer than the host needs to launch one call
+SLEEP_CYCLES = 2_000_000  # ~1 ms at 2 GHz: several times the host's work for one call
+HOST_MARGIN = 0.8
+"""Warn when one call's host time exceeds this fraction of the busy-wait."""
+
+
+class HostBoundWarning(UserWarning):
+    """A timed call's host work outlasted (most of) the busy-wait: its time may include it."""
+
+
+@functools.cache
+def busy_wait_us() -> float:
+    """The length of the ``SLEEP_CYCLES`` busy-wait on the current GPU, µs (median of 5)."""
+    samples = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(1e3 * start.elapsed_time(end))
+    return statistics.median(samples)
 
 
 @dataclass
@@ -68,6 +98,10 @@ def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[fl
 
     Raises:
         RuntimeError: when no CUDA device is available.
+
+    Warns:
+        HostBoundWarning: a call's host time (``start.record()`` to ``end.record()``) reached
+            ``HOST_MARGIN`` of :func:`busy_wait_us`.
     """
     if not torch.cuda.is_available():
         raise RuntimeError("timing needs a CUDA GPU")
@@ -76,14 +110,23 @@ def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[fl
         fn()
     starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    host_ns = []
     torch.cuda.synchronize()
     for start, end in zip(starts, ends, strict=True):
         flush.zero_()
         torch.cuda._sleep(SLEEP_CYCLES)
+        t0 = time.perf_counter_ns()
         start.record()
         fn()
         end.record()
+        host_ns.append(time.perf_counter_ns() - t0)
     torch.cuda.synchronize()
+    host_us, wait_us = max(host_ns) / 1e3, busy_wait_us()
+    if host_us > HOST_MARGIN * wait_us:
+        warnings.warn(f"a timed call spent {host_us:.0f} µs on the host, more than "
+                      f"{HOST_MARGIN:.0%} of the {wait_us:.0f} µs busy-wait: its GPU time may "
+                      "include host launch gaps (raise timing.SLEEP_CYCLES)",
+                      HostBoundWarning, stacklevel=2)
     return [1e3 * s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
