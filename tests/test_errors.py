@@ -13,7 +13,7 @@ import torch
 import flashrepro
 import flashrepro.api
 from flashrepro import KernelConfig
-from tests.reference import random_qkv
+from tests.reference import assert_parity, random_qkv
 
 
 @pytest.fixture
@@ -263,6 +263,27 @@ def test_out_shares_memory_with_k(qkv) -> None:
     q, k, v = qkv
     with pytest.raises(ValueError, match=r"^out must not share memory with k"):
         flashrepro.attention(q, k, v, out=k)
+
+
+def test_out_interleaved_with_q_and_sharing_one_element(device: torch.device) -> None:
+    """q and out as interleaved views of one buffer that share one column are refused."""
+    buf = torch.randn(2, 8, 3 * 16, device=device).half()
+    q = buf[:, :, :16].unsqueeze(1)            # (2, 1, 8, 16), row stride 48
+    out = buf.flatten()[15:].as_strided(q.shape, q.stride())  # starts on q's last column
+    _, k, v = random_qkv(2, 1, 8, 8, 16, torch.float16, device)
+    with pytest.raises(ValueError, match=r"^out must not share memory with q"):
+        flashrepro.attention(q, k, v, out=out)
+
+
+def test_out_interleaved_with_q_and_disjoint_is_accepted(device: torch.device) -> None:
+    """Heads of one (B, L, H, D) buffer: q, k, v and out interleave but share no element (the
+    layout of the > 2^31-element test in test_semantics.py, at a small size)."""
+    buf = torch.randn(1, 40, 4, 16, device=device).half()
+    q, k, v, out = (buf[:, :, i : i + 1].transpose(1, 2) for i in range(4))
+    out.fill_(float("nan"))
+    o = flashrepro.attention(q, k, v, out=out)
+    assert o is out
+    assert_parity(o, None, q, k, v, causal=False)
 
 
 def test_out_partly_overlaps_q(device: torch.device) -> None:

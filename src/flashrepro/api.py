@@ -228,14 +228,73 @@ def _check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch
 
 
 def _byte_ranges_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
-    """Whether the memory spans of a and b (first to last element, in bytes) intersect."""
+    """Whether a and b may share an element (the check of ``out`` against q, k and v).
+
+    Interleaved views of one buffer that share no element (q and out as heads 0 and 3 of one
+    (B, L, H, D) tensor, say) pass; their byte spans meet, so a span test would refuse them.
+    For views of one element size whose base addresses differ by whole elements the test is
+    exact (:func:`_offsets_meet`); otherwise, or where the search would grow too large, it is
+    the conservative span test.
+    """
     if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
         return False
     def span(t: torch.Tensor) -> tuple[int, int]:
         last = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True))
         return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
     (a0, a1), (b0, b1) = span(a), span(b)
-    return a0 < b1 and b0 < a1
+    if not (a0 < b1 and b0 < a1):
+        return False
+    size = a.element_size()
+    if b.element_size() != size or (b0 - a0) % size:
+        return True
+    meet = _offsets_meet((b0 - a0) // size, list(zip(a.stride(), a.shape, strict=True)),
+                         list(zip(b.stride(), b.shape, strict=True)))
+    return True if meet is None else meet
+
+
+def _offsets_meet(delta: int, dims_a: list[tuple[int, int]], dims_b: list[tuple[int, int]],
+                  budget: int = 4096) -> bool | None:
+    """Whether sum(i·s over dims_a) == delta + sum(j·s over dims_b) has a solution with every
+    index inside its dim; None when the search would take more than ``budget`` steps.
+
+    Both index sets are folded into one per distinct stride s: the difference i - j ranges
+    over [-(n_b - 1), n_a - 1]. From the largest stride down, each difference c must leave a
+    remainder that the smaller strides can still reach; typical layouts leave one or two c
+    per stride.
+    """
+    ranges: dict[int, list[int]] = {}  # stride -> [lowest, highest] difference (torch strides >= 0)
+    for s, n in dims_a:
+        if n > 1:
+            ranges.setdefault(s, [0, 0])[1] += n - 1
+    for s, n in dims_b:
+        if n > 1:
+            ranges.setdefault(s, [0, 0])[0] -= n - 1
+    dims = sorted(ranges.items(), reverse=True)
+    reach = [0] * (len(dims) + 1)  # reach[k]: max |sum| of dims k.. (smaller strides)
+    for k in range(len(dims) - 1, -1, -1):
+        s, (lo, hi) = dims[k]
+        reach[k] = reach[k + 1] + s * max(-lo, hi)
+    steps = 0
+
+    def search(k: int, rest: int) -> bool | None:
+        nonlocal steps
+        steps += 1
+        if steps > budget:
+            return None
+        if k == len(dims):
+            return rest == 0
+        s, (lo, hi) = dims[k]
+        if s == 0:
+            return search(k + 1, rest)
+        first = max(lo, -((reach[k + 1] - rest) // s))  # ceil((rest - reach) / s)
+        last = min(hi, (rest + reach[k + 1]) // s)
+        for c in range(first, last + 1):
+            found = search(k + 1, rest - c * s)
+            if found is None or found:
+                return found
+        return False
+
+    return search(0, delta)
 
 
 def _fits_int32(t: torch.Tensor, *dim_blocks: tuple[int, int]) -> bool:
