@@ -230,9 +230,11 @@ def test_empty(b: int, h: int, h_kv: int, lq: int, lk: int, causal: bool,
     o, lse = flashrepro.attention(q, k, v, causal=causal, enable_gqa=h != h_kv, out=out,
                                   return_lse=True)
     assert o is out and lse.shape == (b, h, lq) and lse.dtype == torch.float32
+    if o.numel() == 0:  # SDPA's answer is the empty tensor; torch 2.11's CPU SDPA itself
+        return          # dies of SIGFPE on H = 0 (seen on the H200 host), so it is not asked
     judge = sdpa(q.cpu(), k.cpu(), v.cpu(), is_causal=causal, enable_gqa=h != h_kv)
     assert torch.equal(o.cpu(), judge)
-    assert (lse == float("-inf")).all()  # vacuous when empty; every row when Lk = 0
+    assert (lse == float("-inf")).all()  # every row when Lk = 0
 
 
 def test_empty_gqa_without_heads(device: torch.device) -> None:
