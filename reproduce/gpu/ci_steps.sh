@@ -37,7 +37,7 @@ fi
 in-image python3 -m flashrepro doctor --require-gpu
 
 # step: GPU parity tests (pytest-xdist, 4 workers per visible GPU)
-workers=$(in-image python3 -c 'import os, torch; print(min(4 * torch.cuda.device_count(), os.cpu_count()))')
+workers=$(in-image python3 -c 'import os, torch; print(min(4 * torch.cuda.device_count(), len(os.sched_getaffinity(0))))')
 in-image python3 -m nox --no-venv -s tests -- -m gpu -n "$workers"
 
 # step: Executed-count SASS check (Nsight Compute; skips where ncu is absent)

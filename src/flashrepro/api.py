@@ -355,10 +355,12 @@ def attention(
         return_lse: also return the log-sum-exp of each row's scaled, masked scores (natural
             log), float32.
         config: a :class:`~flashrepro.configs.KernelConfig`, a name from
-            ``flashrepro.configs.NAMED`` (``'article'``), or None for the per-arch default.
+            ``flashrepro.configs.NAMED`` (``'article'``, ``'p-in-registers'``), or None for
+            the per-arch default.
         out: optional (B, H, Lq, D) tensor of q's dtype and device to write the output into;
-            any strides whose elements do not overlap. It must not share memory with k or v
-            (not checked).
+            any strides whose elements do not overlap. It must share no element with k, v or
+            q (``out = q`` itself is allowed); interleaved views of one buffer that share no
+            element are accepted.
 
     Returns:
         o, (B, H, Lq, D) in q's dtype (``out`` when given); with ``return_lse``, also lse,

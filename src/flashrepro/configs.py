@@ -75,7 +75,20 @@ The article does not state num_stages; 3 is Triton's tutorial default and what
 ``docs/article.md`` measured on the H200.
 """
 
-NAMED: dict[str, KernelConfig] = {"article": ARTICLE}
+P_IN_REGISTERS = KernelConfig(block_m=128, block_n=64, num_warps=8, num_stages=3)
+"""A launch that keeps P in registers on the mma.sync path (sm_80/86/89, sm_90 with
+``DISABLE_MMA_V3=1``), the layout torch's FlashAttention-2 uses.
+
+With BLOCK_M = 128 >= HEAD_DIM (D <= 128), Triton 3.6 splits the 8 warps over S's rows
+(``warpsPerCTA = [8, 1]``), so each warp's rows of P are already the A operand of P·V and no
+shared-memory round trip (LDSM of P) is needed; with the article's 64x64, 4 warps it splits them
+over S's columns ([1, 4]) and P goes through shared memory. Static SASS at the article problem
+on sm_80: 256 HMMA, 88 LDSM, 64 LDSM.MT, against torch's 256 / 80 / 64 and the article launch's
+256 / 112 / 16 (``python -m flashrepro sass``; reproduce/NOTES.md, experiment 9). 96 KiB of
+shared memory: fits sm_86/89's 99 KiB. Timed only on the H200's mma.sync path
+(``reproduce``'s ``(mma.sync)`` rows)."""
+
+NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS}
 
 
 def launch_arch(device: torch.device | None = None) -> int | None:

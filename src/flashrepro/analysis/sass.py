@@ -35,24 +35,28 @@ from flashrepro.analysis.offline_compile import TARGETS, KernelSass, KernelSpec,
 from flashrepro.analysis.rows import published_counts, torch_rows, triton_row
 from flashrepro.analysis.torch_sass import installed_library
 from flashrepro.bench.problem import Problem, load_article
-from flashrepro.configs import ARTICLE, KernelConfig, default_config
+from flashrepro.configs import ARTICLE, P_IN_REGISTERS, KernelConfig, default_config
 
 SCHEMA = "flashrepro.sass/1"
 
 
 def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str]]:
     """(variant, config, role) of one target's compiles: ``article`` and ``fwd`` at the article
-    config, ``fwd`` at the production default config (one row when the two configs agree)."""
+    config, ``fwd`` at the production default config (one row when the two configs agree), and
+    on mma.sync targets ``fwd`` at :data:`~flashrepro.configs.P_IN_REGISTERS`."""
     arch = TARGETS[target].arch
     default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                              TARGETS[target].config_arch)
     if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90
         default = dataclasses.replace(default, tma=False)
+    rows = [("article", ARTICLE, "article config")]
     if default == ARTICLE:
-        return [("article", ARTICLE, "article config"),
-                ("fwd", ARTICLE, "article config = production default")]
-    return [("article", ARTICLE, "article config"), ("fwd", ARTICLE, "article config"),
-            ("fwd", default, "production default")]
+        rows.append(("fwd", ARTICLE, "article config = production default"))
+    else:
+        rows += [("fwd", ARTICLE, "article config"), ("fwd", default, "production default")]
+    if not TARGETS[target].wgmma and default != P_IN_REGISTERS:
+        rows.append(("fwd", P_IN_REGISTERS, "P in registers (warps over rows)"))
+    return rows
 
 
 def specs_for(targets: Sequence[str], problem: Problem) -> list[KernelSpec]:

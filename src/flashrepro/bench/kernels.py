@@ -15,6 +15,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 import flashrepro
 from flashrepro.configs import ARTICLE, KernelConfig
+from flashrepro.configs import P_IN_REGISTERS as P_REGS_CONFIG
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -28,8 +29,12 @@ FLASHREPRO = {
     "flashrepro-article-config": "the production kernel at the article's 64x64, 4 warps",
     "article-kernel": "the frozen article kernel (kernels/article.py), 64x64, 4 warps",
 }
+P_IN_REGISTERS = "flashrepro-p-in-registers"
+"""Timed only in the mma.sync child of ``reproduce``: the production kernel at
+:data:`flashrepro.configs.P_IN_REGISTERS`, the launch that keeps P in registers there."""
 DESCRIPTIONS = {
     **FLASHREPRO,
+    P_IN_REGISTERS: "the production kernel at 128x64, 8 warps: P stays in registers on mma.sync",
     "torch-flash": "torch SDPA, flash backend (FlashAttention-2)",
     "torch-cudnn": "torch SDPA, cuDNN backend",
     "torch-efficient": "torch SDPA, memory-efficient backend",
@@ -55,6 +60,9 @@ def make_call(name: str, inputs: Inputs, causal: bool,
         return lambda: flashrepro.attention(q, k, v, causal=causal, config=config, out=out)
     if name == "flashrepro-article-config":
         return lambda: flashrepro.attention(q, k, v, causal=causal, config=ARTICLE, out=out)
+    if name == P_IN_REGISTERS:
+        return lambda: flashrepro.attention(q, k, v, causal=causal, config=P_REGS_CONFIG,
+                                            out=out)
     if name == "article-kernel":
         return lambda: flashrepro.article_attention(q, k, v, causal=causal, out=out)
     backend = TORCH_BACKENDS[name]

@@ -28,8 +28,8 @@ import torch
 from flashrepro import env
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
-from flashrepro.bench.timing import Summary, busy_wait_us, interleaved_rounds
-from flashrepro.configs import ARTICLE, default_config, launch_arch
+from flashrepro.bench.timing import SLEEP_CYCLES, Summary, busy_wait_us, interleaved_rounds
+from flashrepro.configs import ARTICLE, P_IN_REGISTERS, default_config, launch_arch
 from flashrepro.report import reproduce_markdown, reproduce_table
 
 SCHEMA = "flashrepro.results/1"
@@ -95,6 +95,8 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
                                            launch_arch()).as_dict()
         elif name in ("flashrepro-article-config", "article-kernel"):
             rec["config"] = ARTICLE.as_dict()
+        elif name == K.P_IN_REGISTERS:
+            rec["config"] = P_IN_REGISTERS.as_dict()
         records.append(rec)
     return records
 
@@ -132,7 +134,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     problem, published = load_article()
     if args.child_json is not None:  # the mma.sync child: flashrepro rows + torch flash only
-        names = [*K.FLASHREPRO, "torch-flash"]
+        names = [*K.FLASHREPRO, K.P_IN_REGISTERS, "torch-flash"]
         records = measure(problem, names, args.rounds, args.calls, suffix=" (mma.sync)")
         args.child_json.write_text(json.dumps(records))
         return 0
@@ -171,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
             "l2": "flushed before every call (256 MiB buffer zeroed)",
             "launch": (f"GPU busy-wait ({busy_wait_us():.0f} µs) queued before each call "
                        "hides host launch overhead"),
+            "busy_wait_cycles": SLEEP_CYCLES,
             "statistic": "median of per-round medians; ratio = median of per-round ratios",
             "rounds": args.rounds,
             "calls_per_round": args.calls,

@@ -44,16 +44,23 @@ class HostBoundWarning(UserWarning):
     """A timed call's host work outlasted (most of) the busy-wait: its time may include it."""
 
 
-@functools.cache
 def busy_wait_us() -> float:
-    """The length of the ``SLEEP_CYCLES`` busy-wait on the current GPU, µs (median of 5)."""
+    """The length of the ``SLEEP_CYCLES`` busy-wait on the current GPU, µs (median of 5;
+    measured once per device and process)."""
+    return _busy_wait_us(torch.cuda.current_device())
+
+
+@functools.cache
+def _busy_wait_us(device: int) -> float:
     samples = []
     for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.cuda._sleep(SLEEP_CYCLES)
-        end.record()
-        torch.cuda.synchronize()
+        with torch.cuda.device(device):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(SLEEP_CYCLES)
+            end.record()
+            torch.cuda.synchronize()
         samples.append(1e3 * start.elapsed_time(end))
     return statistics.median(samples)
 

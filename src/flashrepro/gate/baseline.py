@@ -20,13 +20,14 @@ from flashrepro.bench.reproduce import SCHEMA as RESULTS_SCHEMA
 from flashrepro.env import gpu_key
 
 SCHEMA = "flashrepro.baseline/1"
-FLASHREPRO_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel")
+FLASHREPRO_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel",
+                      "flashrepro-p-in-registers")
 """Records the gate judges: this project's kernels (names from the results JSON format)."""
 REFERENCE_RECORD = "torch-flash"
 """The denominator of the primary metric: torch SDPA's flash backend, timed in the same rounds."""
 SOFTWARE_FIELDS = ("driver", "cuda", "torch", "triton", "image_digest")
 HARDWARE_FIELDS = ("gpu_key", "gpu_name", "sm_count")
-METHOD_FIELDS = ("timer", "l2", "calls_per_round")
+METHOD_FIELDS = ("timer", "l2", "calls_per_round", "busy_wait_cycles")
 HOOK_FIELD = "injection_hook"
 """Stored in a baseline's method: whether its run had the slowdown test hook (even at 0)."""
 PROBLEM_FIELDS = ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal")

@@ -14,13 +14,13 @@ from typing import Any
 
 from flashrepro.bench.kernels import make_call
 from flashrepro.bench.problem import Problem
-from flashrepro.bench.timing import interleaved_rounds
+from flashrepro.bench.timing import SLEEP_CYCLES, interleaved_rounds
 from flashrepro.env import capture, nvml_clocks
 from flashrepro.gate.baseline import FLASHREPRO_RECORDS, REFERENCE_RECORD
 from flashrepro.gate.inject import apply_from_env
 
 METHOD = {"timer": "cuda-events", "l2": "flushed before each call (256 MiB zeroed)",
-          "statistic": "median of per-round medians"}
+          "statistic": "median of per-round medians", "busy_wait_cycles": SLEEP_CYCLES}
 
 
 def kernels(problem: dict[str, Any], names: tuple[str, ...], seed: int = 0
