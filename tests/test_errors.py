@@ -194,13 +194,13 @@ def test_out_overlaps_itself(qkv) -> None:
 
 def test_config_wrong_type(qkv) -> None:
     with pytest.raises(TypeError, match=r"^config must be a KernelConfig, a name from "
-                                        r"\['article'\] or None, got dict$"):
+                                        r"\['article', 'p-in-registers'\] or None, got dict$"):
         flashrepro.attention(*qkv, config={"block_m": 64})
 
 
 def test_config_unknown_name(qkv) -> None:
     with pytest.raises(ValueError, match=r"^config must be a KernelConfig or one of "
-                                         r"\['article'\], got 'fast'$"):
+                                         r"\['article', 'p-in-registers'\], got 'fast'$"):
         flashrepro.attention(*qkv, config="fast")
 
 

@@ -58,6 +58,14 @@ def _attn_stage(acc, l_i, m_i, q, K, V, kv_offs, stride_n, off_b, off_hkv,
     # loop-invariant tile offsets `kv_offs` (rows x stride_n + columns x stride_d, int32),
     # shared by K and V, which have equal strides.
     offs_n = tl.arange(0, BLOCK_N)
+    if not USE_TMA:
+        # Loop-carried base pointers of the current K and V rows: 64-bit from the start
+        # (lo x stride can pass 2^31 on long sequences), then stepped by BLOCK_N rows (the
+        # launcher keeps BLOCK_N x stride in int32). Recomputing start_n x stride in int64 each
+        # step instead made ptxas serialize every wgmma of the kernel on sm_90 (warning C7515;
+        # reproduce/NOTES.md, experiment 10).
+        k_base = K + tl.cast(lo, tl.int64) * stride_n
+        v_base = V + tl.cast(lo, tl.int64) * stride_n
     for start_n in range(lo, hi, BLOCK_N):
         start_n = tl.multiple_of(start_n, BLOCK_N)
         offs_kn = start_n + offs_n
@@ -65,9 +73,8 @@ def _attn_stage(acc, l_i, m_i, q, K, V, kv_offs, stride_n, off_b, off_hkv,
         if USE_TMA:
             k = K.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         else:
-            # 64-bit row offset: start_n x stride can pass 2^31 on long sequences.
-            k_ptrs = K + start_n.to(tl.int64) * stride_n + kv_offs
-            k = _load_tile(k_ptrs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, MASKED)
+            k = _load_tile(k_base + kv_offs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D,
+                           MASKED)
         qk = tl.dot(q, tl.trans(k))
         # -- update m_i (running max, base-2 units) --
         if MASKED:
@@ -94,8 +101,10 @@ def _attn_stage(acc, l_i, m_i, q, K, V, kv_offs, stride_n, off_b, off_hkv,
         if USE_TMA:
             v = V.load([off_b, off_hkv, start_n, 0]).reshape(BLOCK_N, BLOCK_D)
         else:
-            v_ptrs = V + start_n.to(tl.int64) * stride_n + kv_offs
-            v = _load_tile(v_ptrs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D, MASKED)
+            v = _load_tile(v_base + kv_offs, offs_kn, seqlen_k, offs_d, HEAD_DIM, BLOCK_D,
+                           MASKED)
+            k_base += BLOCK_N * stride_n
+            v_base += BLOCK_N * stride_n
         acc = tl.dot(p.to(v.dtype), v, acc)
         m_i = m_ij
     return acc, l_i, m_i
