@@ -15,7 +15,6 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 import flashrepro
 from flashrepro.configs import ARTICLE, KernelConfig
-from flashrepro.configs import P_IN_REGISTERS as P_REGS_CONFIG
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -61,7 +60,7 @@ def make_call(name: str, inputs: Inputs, causal: bool,
     if name == "flashrepro-article-config":
         return lambda: flashrepro.attention(q, k, v, causal=causal, config=ARTICLE, out=out)
     if name == P_IN_REGISTERS:
-        return lambda: flashrepro.attention(q, k, v, causal=causal, config=P_REGS_CONFIG,
+        return lambda: flashrepro.attention(q, k, v, causal=causal, config="p-in-registers",
                                             out=out)
     if name == "article-kernel":
         return lambda: flashrepro.article_attention(q, k, v, causal=causal, out=out)
