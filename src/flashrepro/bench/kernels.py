@@ -14,6 +14,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 import flashrepro
+from flashrepro import configs
 from flashrepro.configs import ARTICLE, KernelConfig
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -31,6 +32,13 @@ FLASHREPRO = {
 P_IN_REGISTERS = "flashrepro-p-in-registers"
 """Timed only in the mma.sync child of ``reproduce``: the production kernel at
 :data:`flashrepro.configs.P_IN_REGISTERS`, the launch that keeps P in registers there."""
+LAUNCHES: dict[str, KernelConfig] = {
+    "flashrepro-article-config": ARTICLE,
+    "article-kernel": ARTICLE,
+    P_IN_REGISTERS: configs.P_IN_REGISTERS,
+}
+"""The fixed launch config of each named flashrepro row (``flashrepro`` takes the per-arch
+default)."""
 DESCRIPTIONS = {
     **FLASHREPRO,
     P_IN_REGISTERS: "the production kernel at 128x64, 8 warps: P stays in registers on mma.sync",
@@ -57,10 +65,8 @@ def make_call(name: str, inputs: Inputs, causal: bool,
     out = torch.empty_like(q)
     if name == "flashrepro":
         return lambda: flashrepro.attention(q, k, v, causal=causal, config=config, out=out)
-    if name == "flashrepro-article-config":
-        return lambda: flashrepro.attention(q, k, v, causal=causal, config=ARTICLE, out=out)
-    if name == P_IN_REGISTERS:
-        return lambda: flashrepro.attention(q, k, v, causal=causal, config="p-in-registers",
+    if name in ("flashrepro-article-config", P_IN_REGISTERS):
+        return lambda: flashrepro.attention(q, k, v, causal=causal, config=LAUNCHES[name],
                                             out=out)
     if name == "article-kernel":
         return lambda: flashrepro.article_attention(q, k, v, causal=causal, out=out)

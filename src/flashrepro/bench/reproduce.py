@@ -29,7 +29,7 @@ from flashrepro import env
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import SLEEP_CYCLES, Summary, busy_wait_us, interleaved_rounds
-from flashrepro.configs import ARTICLE, P_IN_REGISTERS, default_config, launch_arch
+from flashrepro.configs import default_config, launch_arch
 from flashrepro.report import reproduce_markdown, reproduce_table
 
 SCHEMA = "flashrepro.results/1"
@@ -93,10 +93,8 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
         if name == "flashrepro":
             rec["config"] = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                                            launch_arch()).as_dict()
-        elif name in ("flashrepro-article-config", "article-kernel"):
-            rec["config"] = ARTICLE.as_dict()
-        elif name == K.P_IN_REGISTERS:
-            rec["config"] = P_IN_REGISTERS.as_dict()
+        elif name in K.LAUNCHES:
+            rec["config"] = K.LAUNCHES[name].as_dict()
         records.append(rec)
     return records
 
