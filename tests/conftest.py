@@ -16,9 +16,9 @@ import torch
 def pin_xdist_worker_to_gpu() -> None:
     """Give pytest-xdist worker ``gwN`` one GPU: ``CUDA_VISIBLE_DEVICES`` = visible GPU N mod count.
 
-    The GPU runners start four workers per GPU (.github/workflows/gpu.yml: Triton's compiles, on
-    the CPU, take most of the suite's time), so each GPU serves four workers; with fewer than
-    two GPUs, or outside xdist, nothing changes. Must run
+    The GPU runners start a worker per CPU core (``flashrepro doctor --xdist-workers``: Triton's
+    compiles, on the CPU, take most of the suite's time), so each GPU serves several workers;
+    with fewer than two GPUs, or outside xdist, nothing changes. Must run
     before CUDA is initialised: ``torch.cuda.device_count()`` asks NVML and leaves CUDA alone
     (without NVML it initialises CUDA, the pin then has no effect and workers share GPU 0).
     """

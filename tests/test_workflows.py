@@ -390,3 +390,22 @@ def test_xdist_worker_gets_one_gpu(monkeypatch: pytest.MonkeyPatch, worker: str,
     monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
     pin_xdist_worker_to_gpu()
     assert os.environ.get("CUDA_VISIBLE_DEVICES") == (expected if expected else visible)
+
+
+@pytest.mark.parametrize(("cpus", "gib", "expected"), [
+    (16, [139.8], 16),       # one H200, 16 cores: the cores bound it
+    (64, [139.8], 17),       # ... 64 cores: 139.8 GiB // 8
+    (32, [24.0, 24.0], 6),   # two 24 GiB cards: 3 each
+    (8, [6.0], 1),           # a small card still gets one
+    (8, [], 1),              # no GPU
+])
+def test_xdist_workers_by_cores_and_gpu_memory(monkeypatch: pytest.MonkeyPatch, cpus: int,
+                                               gib: list[float], expected: int) -> None:
+    from types import SimpleNamespace
+
+    from flashrepro import env
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: len(gib))
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda i: SimpleNamespace(total_memory=int(gib[i] * 2**30)))
+    assert env.xdist_workers() == expected

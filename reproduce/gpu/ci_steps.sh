@@ -36,8 +36,8 @@ fi
 # step: doctor (fails when no GPU is visible)
 in-image python3 -m flashrepro doctor --require-gpu
 
-# step: GPU parity tests (pytest-xdist, 4 workers per visible GPU)
-workers=$(in-image python3 -c 'import os, torch; print(min(4 * torch.cuda.device_count(), len(os.sched_getaffinity(0))))')
+# step: GPU parity tests (pytest-xdist, a worker per CPU core, at most one per 8 GiB of GPU memory)
+workers=$(in-image python3 -m flashrepro doctor --xdist-workers)
 in-image python3 -m nox --no-venv -s tests -- -m gpu -n "$workers"
 
 # step: Executed-count SASS check (Nsight Compute; skips where ncu is absent)

@@ -96,6 +96,23 @@ def require_gpu() -> bool:
     return os.environ.get("FLASHREPRO_REQUIRE_GPU", "0") == "1"
 
 
+GIB_PER_XDIST_WORKER = 8
+"""GPU memory budgeted per pytest-xdist worker: a CUDA context plus a test's tensors (the
+> 2^31-offset test holds a 4.3 GB buffer); the largest test needs more, but one at a time."""
+
+
+def xdist_workers() -> int:
+    """pytest-xdist workers for the GPU suite: one per usable CPU core, since Triton's compiles
+    (single-threaded ptxas, on the CPU) take most of the suite's time, and at most one per
+    ``GIB_PER_XDIST_WORKER`` GiB of each visible GPU's memory (at least one per GPU). 1 without
+    a GPU. ``tests/conftest.py`` spreads the workers over the GPUs.
+    """
+    per_gpu = [max(1, torch.cuda.get_device_properties(i).total_memory
+                   // (GIB_PER_XDIST_WORKER << 30))
+               for i in range(torch.cuda.device_count())]
+    return max(1, min(len(os.sched_getaffinity(0)), sum(per_gpu)))
+
+
 def positive_int(text: str) -> int:
     """argparse type: an int >= 1."""
     value = int(text)
@@ -109,9 +126,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=require_gpu(),
                         help="exit 1 when no CUDA GPU is visible (default from "
                              "FLASHREPRO_REQUIRE_GPU=1)")
+    parser.add_argument("--xdist-workers", action="store_true",
+                        help="print only the number of pytest-xdist workers for the GPU suite "
+                             "(one per usable CPU core, at most one per "
+                             f"{GIB_PER_XDIST_WORKER} GiB of GPU memory) and exit")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.xdist_workers:
+        print(xdist_workers())
+        return 0
     env = capture()
     for key, value in env.items():
         if key != "gpu":
