@@ -22,12 +22,16 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _git_commit() -> str | None:
+    """The commit the results come from: ``FLASHREPRO_GIT_COMMIT`` when set (the image's build
+    argument; a copied tree whose ``.git`` may be stale), else ``git rev-parse HEAD``, else CI's
+    ``GITHUB_SHA``."""
+    if commit := os.environ.get("FLASHREPRO_GIT_COMMIT"):
+        return commit
     try:
         out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO_ROOT, capture_output=True,
                              text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
-        # a copy of the tree without .git (a container, a remote runner): take it from CI
-        return os.environ.get("FLASHREPRO_GIT_COMMIT") or os.environ.get("GITHUB_SHA")
+        return os.environ.get("GITHUB_SHA")
     return out.stdout.strip() or None
 
 
