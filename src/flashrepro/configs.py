@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -58,6 +59,23 @@ class KernelConfig:
             raise ValueError(f"num_warps must be a power of two in 1..16, got {self.num_warps}")
         if not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be in 1..8, got {self.num_stages}")
+
+    @classmethod
+    def parse(cls, text: str) -> KernelConfig:
+        """The config of a :meth:`label` (``"128x64 w8 s3"``, ``"64x64 w4 s3 tma"``) or of a name
+        in :data:`NAMED` (``"article"``, ``"p-in-registers"``).
+
+        Raises:
+            ValueError: text that is neither, or a field out of range (as the constructor).
+        """
+        if text in NAMED:
+            return NAMED[text]
+        match = re.fullmatch(r"(\d+)x(\d+) w(\d+) s(\d+)( tma)?", text.strip())
+        if match is None:
+            raise ValueError(f"config must be a name in {sorted(NAMED)} or a label like "
+                             f"'64x64 w4 s3' or '64x64 w4 s3 tma', got {text!r}")
+        block_m, block_n, warps, stages = (int(g) for g in match.groups()[:4])
+        return cls(block_m, block_n, warps, stages, tma=match.group(5) is not None)
 
     def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)

@@ -39,24 +39,25 @@ CANDIDATES = [
 ]
 
 
-def candidates(head_dim: int) -> list[KernelConfig]:
-    """Launch configs worth timing for ``head_dim`` (:data:`CANDIDATES` that fit)."""
+def candidates(head_dim: int, pool: list[KernelConfig] = CANDIDATES) -> list[KernelConfig]:
+    """Launch configs of ``pool`` worth timing for ``head_dim`` (those that fit)."""
     if head_dim > 128:  # K/V stages of 256-wide rows do not fit 228 KB of shared memory
-        return [c for c in CANDIDATES if c.block_n <= 64 and c.num_stages <= 2]
-    return list(CANDIDATES)
+        return [c for c in pool if c.block_n <= 64 and c.num_stages <= 2]
+    return list(pool)
 
 
 def problems(lengths: list[int], head_dims: list[int], tokens: int,
-             dtype: str = "float16") -> list[Problem]:
-    """Causal and non-causal problems with H = 16 and B·L = ``tokens`` (B >= 1)."""
+             dtype: str = "float16", masks: tuple[bool, ...] = (False, True)) -> list[Problem]:
+    """Problems with H = 16 and B·L = ``tokens`` (B >= 1), for each causal flag in ``masks``."""
     out = []
-    for length, d, causal in itertools.product(lengths, head_dims, (False, True)):
+    for length, d, causal in itertools.product(lengths, head_dims, masks):
         out.append(Problem(batch=max(1, tokens // length), heads=16, seqlen_q=length,
                            seqlen_k=length, head_dim=d, dtype=dtype, causal=causal))
     return out
 
 
-def best_config(problem: Problem, rounds: int, calls: int) -> tuple[KernelConfig, list[list]]:
+def best_config(problem: Problem, rounds: int, calls: int,
+                pool: list[KernelConfig] = CANDIDATES) -> tuple[KernelConfig, list[list]]:
     """Time every candidate on ``problem``; return the fastest correct one and the table rows.
 
     Candidates whose output differs from torch SDPA's by 2e-2 or more, or that fail to build
@@ -70,7 +71,7 @@ def best_config(problem: Problem, rounds: int, calls: int) -> tuple[KernelConfig
     rows: list[list] = []
     configs: dict[str, KernelConfig] = {}
     fns = {}
-    for cfg in candidates(problem.head_dim):
+    for cfg in candidates(problem.head_dim, pool):
         call = K.make_call("flashrepro", inputs, problem.causal, config=cfg)
         try:
             err = (call().float() - ref.float()).abs().max().item()
@@ -90,6 +91,13 @@ def best_config(problem: Problem, rounds: int, calls: int) -> tuple[KernelConfig
     return configs[min(times, key=times.__getitem__)], rows
 
 
+def _config_arg(text: str) -> KernelConfig:
+    try:
+        return KernelConfig.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lengths", type=env.positive_int, nargs="+",
                         default=[512, 1024, 2048, 4096, 8192, 16384])
@@ -99,6 +107,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interleaved rounds per problem")
     parser.add_argument("--calls", type=env.positive_int, default=10,
                         help="timed calls per candidate per round")
+    parser.add_argument("--configs", type=_config_arg, nargs="+", default=CANDIDATES,
+                        metavar="CONFIG",
+                        help="candidates to time instead of the default list: labels such as "
+                             "'128x64 w8 s3' or '64x64 w4 s3 tma', or names ('article')")
+    parser.add_argument("--masks", choices=["full", "causal"], nargs="+",
+                        default=["full", "causal"], help="which problems to time")
     parser.add_argument("--write", action="store_true", help=f"update {TUNED_TABLE}")
 
 
@@ -108,8 +122,9 @@ def run(args: argparse.Namespace) -> int:
         return 1 if env.require_gpu() else 0
     arch = launch_arch()
     table = json.loads(TUNED_TABLE.read_text()) if TUNED_TABLE.exists() else {}
-    for problem in problems(args.lengths, args.head_dims, args.tokens):
-        cfg, rows = best_config(problem, args.rounds, args.calls)
+    masks = tuple(mask == "causal" for mask in args.masks)
+    for problem in problems(args.lengths, args.head_dims, args.tokens, masks=masks):
+        cfg, rows = best_config(problem, args.rounds, args.calls, args.configs)
         print(f"\n{problem.key()}: best {cfg.label()}")
         print(tabulate(rows, ["config", "µs", "note"], tablefmt="simple"))
         key = table_key(arch, problem.head_dim, problem.causal, length_bucket(problem.seqlen_q))
