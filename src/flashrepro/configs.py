@@ -103,8 +103,10 @@ shared-memory round trip (LDSM of P) is needed; with the article's 64x64, 4 warp
 over S's columns ([1, 4]) and P goes through shared memory. Static SASS at the article problem
 on sm_80: 256 HMMA, 88 LDSM, 64 LDSM.MT, against torch's 256 / 80 / 64 and the article launch's
 256 / 112 / 16 (``python -m flashrepro sass``; reproduce/NOTES.md, experiment 9). 96 KiB of
-shared memory: fits sm_86/89's 99 KiB. Timed only on the H200's mma.sync path
-(``reproduce``'s ``(mma.sync)`` rows)."""
+shared memory: fits sm_86/89's 99 KiB. The default launch's choice on the mma.sync path for
+64 < D <= 128 (:func:`default_config`); timed only on the H200's mma.sync path: 0.762x torch
+flash's time at the article problem, against 0.904x for 64x64 w4 (reproduce/NOTES.md,
+experiments 9 and 11)."""
 
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS}
 
@@ -147,7 +149,15 @@ def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None)
 
     Looks up the committed table ``reproduce/tuned.json`` (written by ``python -m flashrepro
     tune`` on the GPU it describes) by arch, head dim (padded to a power of two), causal and
-    :func:`length_bucket`; off the table, a rule that fits every arch's shared memory.
+    :func:`length_bucket`; off the table, a rule that fits every arch's shared memory:
+    64x64, 4 warps, 3 stages up to D = 64; for 64 < D <= 128 the same on sm_90+ and in the
+    interpreter, and :data:`P_IN_REGISTERS` on the mma.sync path (arch < 90: sm_80/86/89, sm_90
+    with ``DISABLE_MMA_V3=1``); 64x32, 2 stages above D = 128.
+
+    The mma.sync rule is measured on the H200 with ``DISABLE_MMA_V3=1`` only (reproduce/NOTES.md,
+    experiment 11): at D = 128, 128x64 w8 s3 beat 64x64 w4 s3 at every length 512..16384, causal
+    and not, by 11-28 %; at D = 64, 64x64 w4 s3 won every point (0.2-16 %), since its BLOCK_M
+    >= D already keeps P in registers.
 
     Args:
         head_dim: D of the problem.
@@ -164,6 +174,8 @@ def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None)
         key = table_key(arch, padded, causal, length_bucket(seqlen_q))
         if key in _tuned_table():
             return _tuned_table()[key]
-    if padded <= 128:
+    if padded <= 64 or (padded <= 128 and (arch is None or arch >= 90)):
         return KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
+    if padded <= 128:
+        return P_IN_REGISTERS
     return KernelConfig(block_m=64, block_n=32, num_warps=4, num_stages=2)

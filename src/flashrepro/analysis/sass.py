@@ -53,7 +53,9 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     if default == ARTICLE:
         rows.append(("fwd", ARTICLE, "article config = production default"))
     else:
-        rows += [("fwd", ARTICLE, "article config"), ("fwd", default, "production default")]
+        role = ("production default: P in registers (warps over rows)"
+                if default == P_IN_REGISTERS else "production default")
+        rows += [("fwd", ARTICLE, "article config"), ("fwd", default, role)]
     if not TARGETS[target].wgmma and default != P_IN_REGISTERS:
         rows.append(("fwd", P_IN_REGISTERS, "P in registers (warps over rows)"))
     return rows

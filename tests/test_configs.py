@@ -1,0 +1,93 @@
+"""Launch configurations: parsing labels, and what the default launch picks per arch (issue 7)."""
+
+from __future__ import annotations
+
+import pytest
+
+from flashrepro.bench import tune
+from flashrepro.cli import build_parser
+from flashrepro.configs import (
+    ARTICLE,
+    NAMED,
+    P_IN_REGISTERS,
+    KernelConfig,
+    _tuned_table,
+    default_config,
+)
+
+LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
+            KernelConfig(128, 128, 8, 1, tma=True), KernelConfig(16, 256, 1, 8)]
+
+
+@pytest.mark.parametrize("cfg", LABELLED, ids=KernelConfig.label)
+def test_parse_inverts_label(cfg: KernelConfig) -> None:
+    assert KernelConfig.parse(cfg.label()) == cfg
+
+
+@pytest.mark.parametrize("name", sorted(NAMED))
+def test_parse_names(name: str) -> None:
+    assert KernelConfig.parse(name) is NAMED[name]
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("64x64", r"config must be a name in \['article', 'p-in-registers'\] or a label like"),
+    ("64x64 w4 s3 fast", "config must be a name"),
+    ("64x48 w4 s3", r"block_n must be one of \(16, 32, 64, 128, 256\), got 48"),
+    ("64x64 w3 s3", "num_warps must be a power of two in 1..16, got 3"),
+])
+def test_parse_errors_name_the_rule(text: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        KernelConfig.parse(text)
+
+
+def test_tune_takes_configs_and_masks() -> None:
+    args = build_parser().parse_args(
+        ["tune", "--configs", "p-in-registers", "64x64 w4 s3 tma", "--masks", "full"])
+    assert args.configs == [P_IN_REGISTERS, KernelConfig(64, 64, 4, 3, tma=True)]
+    problems = tune.problems([1024], [128], 16384, masks=(False,))
+    assert [p.causal for p in problems] == [False]
+    assert tune.candidates(256, args.configs) == []  # neither fits D = 256's shared memory
+
+
+def test_tune_rejects_a_bad_config(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["tune", "--configs", "64x64 w4"])
+    assert "argument --configs: config must be a name" in capsys.readouterr().err
+
+
+# -- the default launch (configs.default_config) --
+
+@pytest.mark.parametrize(("head_dim", "expected"), [
+    (32, ARTICLE), (64, ARTICLE), (80, P_IN_REGISTERS), (96, P_IN_REGISTERS),
+    (128, P_IN_REGISTERS), (192, KernelConfig(64, 32, 4, 2)),
+])
+@pytest.mark.parametrize("arch", [80, 86, 89])
+def test_default_on_the_mma_sync_path(arch: int, head_dim: int,
+                                      expected: KernelConfig) -> None:
+    """mma.sync archs (and sm_90 with DISABLE_MMA_V3, which launch_arch reports as 80): P in
+    registers for 64 < D <= 128 (NOTES, experiment 11), 64x64 up to D = 64."""
+    for causal in (False, True):
+        for seqlen in (1, 1024, 100_000):
+            assert default_config(head_dim, causal, seqlen, arch) == expected
+
+
+@pytest.mark.parametrize(("arch", "head_dims"), [(None, (16, 32, 64, 96, 128)),
+                                                 (90, (16, 32)), (100, (16, 64, 128))])
+def test_default_off_the_table_elsewhere(arch: int | None, head_dims: tuple[int, ...]) -> None:
+    """The interpreter, and head dims sm_90+ has no table entry for, keep 64x64 up to D=128."""
+    for head_dim in head_dims:
+        assert default_config(head_dim, True, 1024, arch) == KernelConfig(64, 64, 4, 3)
+
+
+def test_default_on_sm90_is_the_tuned_table() -> None:
+    table = _tuned_table()
+    assert table, "reproduce/tuned.json is missing or empty"
+    for key, cfg in table.items():
+        arch, d, mask, bucket = key.split("-")
+        length = int(bucket.removeprefix("l"))
+        for seqlen in (length, 2 * length - 1):
+            got = default_config(int(d.removeprefix("d")), mask == "causal", seqlen,
+                                 int(arch.removeprefix("sm")))
+            assert got == cfg, key  # the top bucket, 16384, takes longer Lq too
+        assert default_config(int(d.removeprefix("d")) - 8, mask == "causal", length,
+                              int(arch.removeprefix("sm"))) == cfg, "D pads up to the key's"
