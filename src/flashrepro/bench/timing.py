@@ -26,6 +26,7 @@ spread of the events method, not for reported numbers.
 from __future__ import annotations
 
 import functools
+import gc
 import statistics
 import time
 import warnings
@@ -119,14 +120,20 @@ def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[fl
     ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
     host_ns = []
     torch.cuda.synchronize()
-    for start, end in zip(starts, ends, strict=True):
-        flush.zero_()
-        torch.cuda._sleep(SLEEP_CYCLES)
-        t0 = time.perf_counter_ns()
-        start.record()
-        fn()
-        end.record()
-        host_ns.append(time.perf_counter_ns() - t0)
+    gc_was_on = gc.isenabled()
+    gc.disable()  # a collection inside a call can outlast the busy-wait (NOTES, experiment 13)
+    try:
+        for start, end in zip(starts, ends, strict=True):
+            flush.zero_()
+            torch.cuda._sleep(SLEEP_CYCLES)
+            t0 = time.perf_counter_ns()
+            start.record()
+            fn()
+            end.record()
+            host_ns.append(time.perf_counter_ns() - t0)
+    finally:
+        if gc_was_on:
+            gc.enable()
     torch.cuda.synchronize()
     wait_us = busy_wait_us()
     over = [ns / 1e3 for ns in host_ns if ns / 1e3 > HOST_MARGIN * wait_us]

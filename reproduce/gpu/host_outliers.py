@@ -1,0 +1,77 @@
+"""Where the rare ~1 ms host times of timed calls come from (session 6, experiment 13).
+
+Run from the repository root on a GPU machine:
+
+    PYTHONPATH=src python reproduce/gpu/host_outliers.py
+
+Repeats :func:`flashrepro.bench.timing.time_calls`'s loop (L2 flush, busy-wait, event, call,
+event) for 60 rounds of 10 calls per kernel at the article config, with Python's garbage
+collector on and then off, and reports the host time per call (``start.record()`` to after
+``end.record()``): median, 99th percentile, maximum, how many calls passed 80 % of the
+busy-wait, and how many of those were the first call of a round.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+
+import torch
+from tabulate import tabulate
+
+from flashrepro.bench import kernels as K
+from flashrepro.bench.problem import load_article
+from flashrepro.bench.timing import FLUSH_BYTES, HOST_MARGIN, SLEEP_CYCLES, busy_wait_us
+
+NAMES = ["flashrepro", "flashrepro-article-config", "torch-flash"]
+ROUNDS, CALLS = 60, 10
+
+
+def host_times(fn) -> list[tuple[int, float]]:
+    """(index in round, host µs) of ROUNDS x CALLS calls timed as time_calls times them."""
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    out = []
+    for _ in range(ROUNDS):
+        fn()  # time_calls' warmup=1
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        for i in range(CALLS):
+            flush.zero_()
+            torch.cuda._sleep(SLEEP_CYCLES)
+            t0 = time.perf_counter_ns()
+            start.record()
+            fn()
+            end.record()
+            out.append((i, (time.perf_counter_ns() - t0) / 1e3))
+        torch.cuda.synchronize()
+    return out
+
+
+def main() -> None:
+    problem, _ = load_article()
+    wait = busy_wait_us()
+    rows = []
+    for causal in (True, False):
+        inputs = problem.inputs()
+        for name in NAMES:
+            fn = K.make_call(name, inputs, causal)
+            for gc_on in (True, False):
+                gc.collect()
+                (gc.enable if gc_on else gc.disable)()
+                samples = host_times(fn)
+                gc.enable()
+                us = sorted(t for _, t in samples)
+                over = [(i, t) for i, t in samples if t > HOST_MARGIN * wait]
+                rows.append([name, "causal" if causal else "non-causal", "on" if gc_on else "off",
+                             f"{statistics.median(us):.0f}", f"{us[int(0.99 * len(us))]:.0f}",
+                             f"{us[-1]:.0f}", f"{len(over)} / {len(us)}",
+                             sum(i == 0 for i, _ in over)])
+    print(f"busy-wait: {wait:.0f} µs; warning margin {HOST_MARGIN:.0%} = "
+          f"{HOST_MARGIN * wait:.0f} µs")
+    print(tabulate(rows, ["kernel", "mask", "gc", "host µs p50", "p99", "max",
+                          "calls > margin", "of them first in round"], tablefmt="github"))
+
+
+if __name__ == "__main__":
+    main()
