@@ -376,6 +376,9 @@ def test_cli_exit_codes_summary_and_results(tmp_path: Path,
     assert json.loads(slow.read_text())["gate"]["comparisons"][0]["slower"] is True
     text = step.read_text()
     assert text.startswith("earlier step\n") and "REGRESSION (exit 1)" in text
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))  # in-image's /results/summary.md
+    assert cli_main([*args, "--results", str(slow), "--summary", str(summary)]) == 1
+    assert summary.read_text().count("REGRESSION (exit 1)") == 1, "summary appended to itself"
     other = _write(tmp_path / "o.json", _run(2, env=synthetic_env(triton="3.7.0")))
     assert cli_main([*args, "--results", str(other)]) == ExitCode.ENV_MISMATCH
     assert cli_main([*args, "--results", str(other), "--allow-env-mismatch"]) == ExitCode.PASS

@@ -69,3 +69,17 @@ def test_non_causal_twin_records(cpu_measure: dict[str, list[float]]) -> None:
     assert all(r["causal"] is False for r in records)
     flops = 4 * 1 * 2 * 64 * 64 * 16  # no causal halving
     assert records[0]["tflops"] == pytest.approx(flops / (records[0]["median_us"] * 1e-6) / 1e12)
+
+
+@pytest.mark.parametrize("same_file", [True, False])
+def test_summary_written_once(tmp_path, monkeypatch: pytest.MonkeyPatch, same_file: bool) -> None:
+    """In the image GITHUB_STEP_SUMMARY is /results/summary.md, the file reproduce writes: the
+    summary must not be appended to itself (the job summary showed it twice)."""
+    step = tmp_path / ("summary.md" if same_file else "step-summary.md")
+    if not same_file:
+        step.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    R.write_results(tmp_path, {"records": []}, "# Article reproduction\n")
+    assert (tmp_path / "summary.md").read_text().count("# Article reproduction") == 1
+    if not same_file:
+        assert step.read_text() == "earlier step\n# Article reproduction\n\n"

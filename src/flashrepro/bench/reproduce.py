@@ -196,10 +196,19 @@ def run(args: argparse.Namespace) -> int:
         summary += "\n" + verdict.markdown + "\n"
         print(verdict.markdown)
         exit_code = 0 if args.update_baseline else int(verdict.exit_code)
-    (out_dir / "reproduce.json").write_text(json.dumps(results, indent=1) + "\n")
-    (out_dir / "summary.md").write_text(summary)
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
-            f.write(summary + "\n")
+    write_results(out_dir, results, summary)
     print(f"wrote reproduce.json, reproduce.md and summary.md under {out_dir}")
     return exit_code
+
+
+def write_results(out_dir: Path, results: dict, summary: str) -> None:
+    """Write ``reproduce.json`` and ``summary.md`` under ``out_dir`` and append the summary to
+    ``$GITHUB_STEP_SUMMARY`` when it is set and is another file: in the image (``in-image``) it
+    is ``/results/summary.md`` itself, which the workflow copies into the job summary."""
+    (out_dir / "reproduce.json").write_text(json.dumps(results, indent=1) + "\n")
+    summary_path = out_dir / "summary.md"
+    summary_path.write_text(summary)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary and Path(step_summary).resolve() != summary_path.resolve():
+        with open(step_summary, "a", encoding="utf-8") as f:
+            f.write(summary + "\n")

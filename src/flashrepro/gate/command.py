@@ -56,15 +56,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def publish(verdict: Verdict, summary: Path | None = None) -> None:
     """Print the verdict's markdown, write it to ``summary`` (when given) and append it to
-    ``$GITHUB_STEP_SUMMARY`` (when set). Storing ``verdict.as_dict()`` under ``"gate"`` in the
-    results JSON is the caller's part (it owns that file)."""
+    ``$GITHUB_STEP_SUMMARY`` (when set, and not ``summary`` itself). Storing
+    ``verdict.as_dict()`` under ``"gate"`` in the results JSON is the caller's part (it owns
+    that file)."""
     text = verdict.markdown
     print(text)
     if summary is not None:
         summary.parent.mkdir(parents=True, exist_ok=True)
         summary.write_text(text)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary:
+    if step_summary and (summary is None or Path(step_summary).resolve() != summary.resolve()):
         with open(step_summary, "a", encoding="utf-8") as f:
             f.write(text + "\n")
 
