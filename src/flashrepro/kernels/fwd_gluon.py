@@ -1,0 +1,220 @@
+"""FlashAttention forward for Hopper (sm_90) in Gluon, with FA3's softmax/wgmma overlap.
+
+Same algorithm and semantics as :mod:`flashrepro.kernels.fwd` (FA2 loop order, online softmax
+in base 2, delayed normalisation, causal mask ``j <= i + causal_offset``), written in Gluon,
+Triton 3.6's lower-level language, because Triton itself cannot express the overlap: it waits
+for every wgmma right after issuing it (reproduce/NOTES.md, experiment 8).
+
+Intra-warpgroup pipelining (J. Shah et al., "FlashAttention-3", 2024, Algorithm 2): iteration j
+issues S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} as asynchronous wgmma groups, waits for the older
+group only (S_j), runs the softmax of S_j while P_{j-1}·V_{j-1} is still on the tensor cores,
+then waits for it and rescales O by this step's alpha. K and V arrive by TMA into NUM_STAGES
+shared-memory slots, each with its own mbarrier, so Q·K_jᵀ can start before V_j has landed.
+
+Scope (the launcher, :func:`flashrepro.api.attention`, sends only these here): sm_90, fp16 or
+bf16, HEAD_DIM 64 or 128, inputs that TMA can address, and ``causal_offset >= 0`` (every query
+row sees key 0, so no row's running max stays -inf).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+
+@gluon.jit
+def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
+                  MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """One block's online-softmax update: returns (p, alpha, m_new, l_new), p unnormalised."""
+    if MASKED:  # key tail past Lk and, for causal, keys right of each row's diagonal
+        keep = gl.expand_dims(cols < seqlen_k, 0)
+        if CAUSAL:
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + causal_offset)
+        s = gl.where(keep, s, float("-inf"))
+    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+    alpha = gl.exp2(m_i - m_new)
+    return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
+
+
+@gluon.jit
+def attn_fwd_gluon_kernel(
+    q_desc, k_desc, v_desc, o_desc, LSE,
+    stride_lb, stride_lh,
+    num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
+    qk_scale,
+    HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+    NUM_STAGES: gl.constexpr, CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr,
+    num_warps: gl.constexpr,
+):
+    """Grid and program order as :func:`flashrepro.kernels.fwd.attn_fwd_kernel`.
+
+    q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, BLOCK_M, D];
+    k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
+    """
+    dtype: gl.constexpr = q_desc.dtype
+    num_m = gl.cdiv(seqlen_q, BLOCK_M)
+    pid = gl.program_id(0)
+    group = pid // (heads_per_group * num_m)
+    first_hb = group * heads_per_group
+    heads_here = gl.minimum(heads_per_group, num_heads * num_batch - first_hb)
+    rank = pid - group * heads_per_group * num_m
+    start_m = num_m - 1 - rank // heads_here
+    off_hb = first_hb + rank % heads_here
+    off_b = off_hb // num_heads
+    off_h = off_hb % num_heads
+    off_hkv = off_h // kv_group
+
+    # -- layouts: wgmma accumulators with the warps over rows ([num_warps, 1]); P feeds P·V
+    # from registers as its A operand, in the dot-operand layout of O's accumulator --
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+
+    # -- shared memory: Q once, K and V in NUM_STAGES slots, one mbarrier per load --
+    q_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, HEAD_DIM], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_DIM],
+                                       k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_DIM],
+                                       v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    k_bar = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_bar = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_bar.index(i), count=1)
+        mbarrier.init(v_bar.index(i), count=1)
+
+    # -- the key range: blocks [0, n_full) need no mask, [n_full, n_blocks) do --
+    n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+    n_full = seqlen_k // BLOCK_N
+    if CAUSAL:
+        first_row_limit = start_m * BLOCK_M + causal_offset + 1  # keys row 0 sees (>= 1)
+        n_full = gl.minimum(n_full, first_row_limit // BLOCK_N)
+        n_blocks = gl.minimum(n_blocks, gl.cdiv(first_row_limit + BLOCK_M - 1, BLOCK_N))
+
+    mbarrier.expect(q_bar, q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [off_b, off_h, start_m * BLOCK_M, 0], q_bar, q_smem)
+    for i in gl.static_range(NUM_STAGES):
+        pred = i < n_blocks
+        mbarrier.expect(k_bar.index(i), k_desc.block_type.nbytes, pred)
+        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, i * BLOCK_N, 0],
+                                        k_bar.index(i), k_smem.index(i), pred)
+        mbarrier.expect(v_bar.index(i), v_desc.block_type.nbytes, pred)
+        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, i * BLOCK_N, 0],
+                                        v_bar.index(i), v_smem.index(i), pred)
+
+    q = q_smem.reshape([BLOCK_M, HEAD_DIM])
+    rows = start_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
+    cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
+    m_i = gl.full([BLOCK_M], float("-inf"), gl.float32, layout=row_layout)
+    l_i = gl.zeros([BLOCK_M], gl.float32, layout=row_layout)
+    acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, layout=s_layout)
+
+    # -- block 0: S_0 and its softmax, nothing to overlap with yet --
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(k_bar.index(0), 0)
+    k0 = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s,))
+    if n_full > 0:
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols0, rows, seqlen_k, causal_offset,
+                                           qk_scale, False, CAUSAL)
+    else:
+        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols0, rows, seqlen_k, causal_offset,
+                                           qk_scale, True, CAUSAL)
+    p = gl.convert_layout(p.to(dtype), p_layout)
+
+    # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V --
+    for j in range(1, n_blocks):
+        slot = j % NUM_STAGES
+        prev = (j - 1) % NUM_STAGES
+        mbarrier.wait(k_bar.index(slot), (j // NUM_STAGES) & 1)
+        kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
+        mbarrier.wait(v_bar.index(prev), ((j - 1) // NUM_STAGES) & 1)
+        v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+        acc = warpgroup_mma(p, v_prev, acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
+        cols = j * BLOCK_N + cols0
+        if j < n_full:
+            p_new, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
+                                                   causal_offset, qk_scale, False, CAUSAL)
+        else:
+            p_new, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
+                                                   causal_offset, qk_scale, True, CAUSAL)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p = gl.convert_layout(p_new.to(dtype), p_layout)
+        # Slot `prev` is free (its K and V were read by finished wgmmas): refill it.
+        nxt = j - 1 + NUM_STAGES
+        pred = nxt < n_blocks
+        mbarrier.expect(k_bar.index(prev), k_desc.block_type.nbytes, pred)
+        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, nxt * BLOCK_N, 0],
+                                        k_bar.index(prev), k_smem.index(prev), pred)
+        mbarrier.expect(v_bar.index(prev), v_desc.block_type.nbytes, pred)
+        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, nxt * BLOCK_N, 0],
+                                        v_bar.index(prev), v_smem.index(prev), pred)
+
+    # -- the last block's P·V, then the epilogue: normalise once, store through TMA --
+    last = n_blocks - 1
+    mbarrier.wait(v_bar.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
+    v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
+    acc = warpgroup_mma(p, v_last, acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.invalidate(q_bar)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(k_bar.index(i))
+        mbarrier.invalidate(v_bar.index(i))
+
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    o = (acc / gl.expand_dims(l_o, 1)).to(dtype)
+    o_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, HEAD_DIM], o_desc.layout)
+    o_smem.reshape([BLOCK_M, HEAD_DIM]).store(o)
+    fence_async_shared()
+    # The copy engine drops rows past Lq.
+    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, start_m * BLOCK_M, 0], o_smem)
+    if STORE_LSE:
+        # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
+        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+        lse_ptrs = (LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh
+                    + rows)
+        gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+    tma.store_wait(pendings=0)
+
+
+def launch(q, k, v, o, lse, *, causal: bool, qk_scale: float, causal_offset: int,
+           heads_per_group: int, store_lse: bool, block_m: int, block_n: int, num_stages: int,
+           num_warps: int):
+    """Launch :func:`attn_fwd_gluon_kernel` on (B, H, L, D) tensors q, k, v, o (TMA-addressable,
+    checked by the caller) and the (B, H, Lq) fp32 ``lse``."""
+    import triton
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    gdtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q.dtype)]
+
+    def desc(t, rows):
+        block = [1, 1, rows, d]
+        layout = gl.NVMMASharedLayout.get_default_for(block, gdtype)
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+    grid = (b * h * triton.cdiv(lq, block_m),)
+    return attn_fwd_gluon_kernel[grid](
+        desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(o, block_m), lse,
+        lse.stride(0), lse.stride(1),
+        b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
+        HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
+        STORE_LSE=store_lse, num_warps=num_warps,
+    )
