@@ -16,6 +16,7 @@ from flashrepro.configs import (
 )
 
 LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
+            KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
             KernelConfig(128, 128, 8, 1, tma=True), KernelConfig(16, 256, 1, 8)]
 
 
@@ -30,7 +31,10 @@ def test_parse_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("64x64", r"config must be a name in \['article', 'p-in-registers'\] or a label like"),
+    ("64x64", r"config must be a name in \['article', 'fa3-overlap', 'p-in-registers'\] or a "
+              "label like"),
+    ("64x64 w4 s3 overlap", "overlap needs tma, num_stages >= 2"),
+    ("64x64 w4 s1 tma overlap", "overlap needs tma, num_stages >= 2"),
     ("64x64 w4 s3 fast", "config must be a name"),
     ("64x48 w4 s3", r"block_n must be one of \(16, 32, 64, 128, 256\), got 48"),
     ("64x64 w3 s3", "num_warps must be a power of two in 1..16, got 3"),

@@ -66,10 +66,10 @@ GPU_LENGTHS = [(1, 1), (17, 17), (113, 113), (1000, 1000), (1023, 1023), (1024, 
 GPU_CONFIGS = {
     32: [None, "article", "p-in-registers", KernelConfig(32, 64, 4, 2),
          KernelConfig(128, 32, 4, 2)],
-    64: [None, "article", "p-in-registers", KernelConfig(32, 64, 4, 2),
-         KernelConfig(128, 32, 4, 2)],
-    128: [None, "article", "p-in-registers", KernelConfig(32, 64, 4, 2),
-          KernelConfig(128, 32, 4, 2)],
+    64: [None, "article", "p-in-registers", "fa3-overlap", KernelConfig(32, 64, 4, 2),
+         KernelConfig(128, 32, 4, 2), KernelConfig(128, 128, 8, 2, tma=True, overlap=True)],
+    128: [None, "article", "p-in-registers", "fa3-overlap", KernelConfig(32, 64, 4, 2),
+          KernelConfig(128, 32, 4, 2), KernelConfig(128, 128, 8, 2, tma=True, overlap=True)],
     256: [None, KernelConfig(64, 32, 4, 2), KernelConfig(32, 64, 4, 2),
           KernelConfig(128, 32, 8, 1), KernelConfig(64, 64, 4, 1)],
 }
@@ -123,3 +123,27 @@ def test_gpu_tuned_table_parity(key: str, cfg: KernelConfig, dtype: torch.dtype,
     length = int(bucket.removeprefix("l")) + 37
     q, k, v = random_qkv(1, 2, length, length, int(d.removeprefix("d")), dtype, device)
     check_parity(q, k, v, causal=mask == "causal", config=cfg)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_overlap_runs_the_gluon_kernel(causal: bool, device: torch.device) -> None:
+    """config.overlap launches the Gluon kernel on sm_90's wgmma path (and only there): its JIT
+    cache gains a kernel whose PTX keeps a wgmma group in flight (wait_group 1)."""
+    from flashrepro.configs import launch_arch
+    from flashrepro.kernels.fwd_gluon import attn_fwd_gluon_kernel
+
+    def compiled() -> list:
+        return [kernel for cache, *_ in attn_fwd_gluon_kernel.device_caches.values()
+                for kernel in cache.values()]
+    before = len(compiled())
+    q, k, v = random_qkv(1, 2, 300, 300, 128, torch.float16, device)
+    check_parity(q, k, v, causal=causal, config="fa3-overlap")
+    kernels = compiled()
+    if launch_arch(device) != 90:
+        assert not kernels, "the Gluon kernel ran off sm_90's wgmma path"
+        return
+    assert kernels, "config fa3-overlap did not launch the Gluon kernel"
+    assert len(kernels) >= before
+    assert any("wgmma.wait_group.sync.aligned 1;" in kernel.asm["ptx"] for kernel in kernels)
+

@@ -20,6 +20,7 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from flashrepro.configs import ARTICLE, NAMED, KernelConfig, default_config, launch_arch
+from flashrepro.kernels import fwd_gluon
 from flashrepro.kernels.article import article_fwd_kernel
 from flashrepro.kernels.fwd import attn_fwd_kernel
 
@@ -172,6 +173,15 @@ def _tma_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         if any(s == 0 or (s * t.element_size()) % 16 for s in t.stride()[:-1]):
             return False
     return True
+
+
+def _overlap_ok(q: torch.Tensor, d: int, causal: bool, causal_offset: int) -> bool:
+    """Whether the Gluon kernel (``KernelConfig.overlap``) applies, given TMA does: sm_90's
+    wgmma code path, fp16/bf16, D 64 or 128, and no query row without keys (its running max
+    must leave -inf at the first key block)."""
+    return (q.device.type == "cuda" and launch_arch(q.device) == 90
+            and q.dtype in (torch.float16, torch.bfloat16) and d in (64, 128)
+            and (not causal or causal_offset >= 0))
 
 
 def _heads_per_group(bh: int, lk: int, d: int, q: torch.Tensor) -> int:
@@ -425,7 +435,8 @@ def attention(
     if not _fits_int32(o, (3, block_d)):
         o_kernel = torch.empty(o.shape, dtype=o.dtype, device=o.device)
     use_tma = cfg.tma and _tma_ok(q, k, v, o_kernel, lk)
-    if use_tma:
+    use_gluon = use_tma and cfg.overlap and _overlap_ok(q, d, causal, causal_offset)
+    if use_tma and not use_gluon:
         q_arg, o_arg = (TensorDescriptor.from_tensor(t, [1, 1, cfg.block_m, block_d])
                         for t in (q, o_kernel))
         k_arg, v_arg = (TensorDescriptor.from_tensor(t, [1, 1, cfg.block_n, block_d])
@@ -433,17 +444,25 @@ def attention(
     else:
         q_arg, k_arg, v_arg, o_arg = q, k, v, o_kernel
     grid = (b * h * triton.cdiv(lq, cfg.block_m),)
+    heads_per_group = _heads_per_group(b * h, lk, d, q)
     try:
         with _on_device(q.device):
-            attn_fwd_kernel[grid](
-                q_arg, k_arg, v_arg, o_arg, lse,
-                *q.stride(), *k.stride(), *o_kernel.stride(), lse.stride(0), lse.stride(1),
-                b, h, h // k.shape[1], _heads_per_group(b * h, lk, d, q), lq, lk,
-                causal_offset, sm_scale * LOG2_E,
-                HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-                CAUSAL=causal, STORE_LSE=return_lse, USE_TMA=use_tma,
-                num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-            )
+            if use_gluon:
+                fwd_gluon.launch(q, k, v, o_kernel, lse, causal=causal,
+                                 qk_scale=sm_scale * LOG2_E, causal_offset=causal_offset,
+                                 heads_per_group=heads_per_group, store_lse=return_lse,
+                                 block_m=cfg.block_m, block_n=cfg.block_n,
+                                 num_stages=cfg.num_stages, num_warps=cfg.num_warps)
+            else:
+                attn_fwd_kernel[grid](
+                    q_arg, k_arg, v_arg, o_arg, lse,
+                    *q.stride(), *k.stride(), *o_kernel.stride(), lse.stride(0), lse.stride(1),
+                    b, h, h // k.shape[1], heads_per_group, lq, lk,
+                    causal_offset, sm_scale * LOG2_E,
+                    HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+                    CAUSAL=causal, STORE_LSE=return_lse, USE_TMA=use_tma,
+                    num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+                )
     except triton.runtime.errors.OutOfResources as exc:
         raise ValueError(f"config {cfg.label()} does not fit this GPU for D={d}: {exc}") from exc
     if o_kernel is not o:

@@ -32,9 +32,14 @@ class KernelConfig:
         tma: load Q, K, V and store O through Hopper's tensor memory accelerator (4-D tensor
             descriptors; sm_90+, and inputs whose strides are 16-byte multiples). Where TMA
             cannot be used the launch falls back to pointer loads.
+        overlap: run the Gluon kernel :mod:`flashrepro.kernels.fwd_gluon` (FlashAttention-3's
+            softmax/wgmma overlap) where it applies: sm_90's wgmma path, fp16/bf16, D 64 or
+            128, TMA-addressable inputs, no query row without keys. Needs ``tma``, at least 2
+            stages, 4 or 8 warps and BLOCK_M >= 16·num_warps. Elsewhere the launch runs the
+            Triton kernel with the same tiles.
 
     Raises:
-        TypeError: a size that is not an int, or ``tma`` that is not a bool.
+        TypeError: a size that is not an int, or ``tma``/``overlap`` that is not a bool.
         ValueError: if a field breaks the rule stated above.
     """
 
@@ -43,14 +48,17 @@ class KernelConfig:
     num_warps: int
     num_stages: int
     tma: bool = False
+    overlap: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "num_warps", "num_stages"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        if not isinstance(self.tma, bool):
-            raise TypeError(f"tma must be a bool, got {type(self.tma).__name__} {self.tma!r}")
+        for name in ("tma", "overlap"):
+            value = getattr(self, name)
+            if not isinstance(value, bool):
+                raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
         for name in ("block_m", "block_n"):
             value = getattr(self, name)
             if value not in _VALID_BLOCKS:
@@ -59,6 +67,10 @@ class KernelConfig:
             raise ValueError(f"num_warps must be a power of two in 1..16, got {self.num_warps}")
         if not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be in 1..8, got {self.num_stages}")
+        if self.overlap and not (self.tma and self.num_stages >= 2 and self.num_warps in (4, 8)
+                                 and self.block_m >= 16 * self.num_warps):
+            raise ValueError("overlap needs tma, num_stages >= 2, num_warps 4 or 8 and "
+                             f"block_m >= 16·num_warps, got {self.label()}")
 
     @classmethod
     def parse(cls, text: str) -> KernelConfig:
@@ -70,20 +82,22 @@ class KernelConfig:
         """
         if text in NAMED:
             return NAMED[text]
-        match = re.fullmatch(r"(\d+)x(\d+) w(\d+) s(\d+)( tma)?", text.strip())
+        match = re.fullmatch(r"(\d+)x(\d+) w(\d+) s(\d+)( tma)?( overlap)?", text.strip())
         if match is None:
             raise ValueError(f"config must be a name in {sorted(NAMED)} or a label like "
                              f"'64x64 w4 s3' or '64x64 w4 s3 tma', got {text!r}")
         block_m, block_n, warps, stages = (int(g) for g in match.groups()[:4])
-        return cls(block_m, block_n, warps, stages, tma=match.group(5) is not None)
+        return cls(block_m, block_n, warps, stages, tma=match.group(5) is not None,
+                   overlap=match.group(6) is not None)
 
     def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
 
     def label(self) -> str:
-        """Short text such as ``64x64 w4 s3 tma`` (BLOCK_M x BLOCK_N, warps, stages, flags)."""
-        return f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}" + (
-            " tma" * self.tma)
+        """Short text such as ``64x64 w4 s3 tma`` (BLOCK_M x BLOCK_N, warps, stages, flags:
+        ``tma``, ``overlap``)."""
+        return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}"
+                + " tma" * self.tma + " overlap" * self.overlap)
 
 
 ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
@@ -108,7 +122,17 @@ shared memory: fits sm_86/89's 99 KiB. The default launch's choice on the mma.sy
 flash's time at the article problem, against 0.904x for 64x64 w4 (reproduce/NOTES.md,
 experiments 9 and 11)."""
 
-NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS}
+FA3_OVERLAP = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True,
+                           overlap=True)
+"""The Gluon kernel with FlashAttention-3's softmax/wgmma overlap at the tuned 64x64 tiles.
+
+On the H200 at the article problem: 29.1 µs = 0.475x torch flash causal, against 31.2 µs for the
+Triton default in the same rounds; 45.6 µs non-causal (Triton 46.1, cuDNN 35.9) and slower at
+B=4, L=4096 non-causal (1137 µs against 1106) (reproduce/NOTES.md, experiment 14). Opt-in, not
+a default."""
+
+NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS,
+                                  "fa3-overlap": FA3_OVERLAP}
 
 
 def launch_arch(device: torch.device | None = None) -> int | None:
