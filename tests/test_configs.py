@@ -28,11 +28,13 @@ def test_parse_inverts_label(cfg: KernelConfig) -> None:
 @pytest.mark.parametrize("name", sorted(NAMED))
 def test_parse_names(name: str) -> None:
     assert KernelConfig.parse(name) is NAMED[name]
+    assert KernelConfig.parse(f" {name}\n") is NAMED[name]  # stripped, as labels are
 
 
 @pytest.mark.parametrize(("text", "message"), [
     ("64x64", r"config must be a name in \['article', 'p-in-registers'\] or a label like"),
     ("64x64 w4 s3 fast", "config must be a name"),
+    ("\u0666\u0664x64 w4 s3", "config must be a name"),  # Arabic-Indic digits: ASCII only
     ("64x48 w4 s3", r"block_n must be one of \(16, 32, 64, 128, 256\), got 48"),
     ("64x64 w3 s3", "num_warps must be a power of two in 1..16, got 3"),
 ])

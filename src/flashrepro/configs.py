@@ -68,9 +68,10 @@ class KernelConfig:
         Raises:
             ValueError: text that is neither, or a field out of range (as the constructor).
         """
+        text = text.strip()  # names and labels alike
         if text in NAMED:
             return NAMED[text]
-        match = re.fullmatch(r"(\d+)x(\d+) w(\d+) s(\d+)( tma)?", text.strip())
+        match = re.fullmatch(r"([0-9]+)x([0-9]+) w([0-9]+) s([0-9]+)( tma)?", text)
         if match is None:
             raise ValueError(f"config must be a name in {sorted(NAMED)} or a label like "
                              f"'64x64 w4 s3' or '64x64 w4 s3 tma', got {text!r}")
