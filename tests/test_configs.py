@@ -52,6 +52,14 @@ def test_tune_takes_configs_and_masks() -> None:
     assert tune.candidates(256, args.configs) == []  # neither fits D = 256's shared memory
 
 
+def test_tune_refuses_configs_that_fit_no_problem(capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked before any timing (and without a GPU): D = 256 comes after the D = 128 problems."""
+    args = build_parser().parse_args(["tune", "--head-dims", "128", "256", "--configs",
+                                      "p-in-registers"])
+    assert tune.run(args) == 2
+    assert "none of --configs fits D=256" in capsys.readouterr().err
+
+
 def test_tune_rejects_a_bad_config(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["tune", "--configs", "64x64 w4"])
