@@ -13,6 +13,7 @@ from flashrepro.configs import (
     KernelConfig,
     _tuned_table,
     default_config,
+    launch_arch,
 )
 
 LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
@@ -28,6 +29,7 @@ def test_parse_inverts_label(cfg: KernelConfig) -> None:
 @pytest.mark.parametrize("name", sorted(NAMED))
 def test_parse_names(name: str) -> None:
     assert KernelConfig.parse(name) is NAMED[name]
+    assert KernelConfig.parse(f" {name}\n") is NAMED[name]  # stripped, as labels are
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -36,6 +38,7 @@ def test_parse_names(name: str) -> None:
     ("64x64 w4 s3 overlap", "overlap needs tma, num_stages >= 2"),
     ("64x64 w4 s1 tma overlap", "overlap needs tma, num_stages >= 2"),
     ("64x64 w4 s3 fast", "config must be a name"),
+    ("\u0666\u0664x64 w4 s3", "config must be a name"),  # Arabic-Indic digits: ASCII only
     ("64x48 w4 s3", r"block_n must be one of \(16, 32, 64, 128, 256\), got 48"),
     ("64x64 w3 s3", "num_warps must be a power of two in 1..16, got 3"),
 ])
@@ -53,6 +56,14 @@ def test_tune_takes_configs_and_masks() -> None:
     assert tune.candidates(256, args.configs) == []  # neither fits D = 256's shared memory
 
 
+def test_tune_refuses_configs_that_fit_no_problem(capsys: pytest.CaptureFixture[str]) -> None:
+    """Checked before any timing (and without a GPU): D = 256 comes after the D = 128 problems."""
+    args = build_parser().parse_args(["tune", "--head-dims", "128", "256", "--configs",
+                                      "p-in-registers"])
+    assert tune.run(args) == 2
+    assert "none of --configs fits D=256" in capsys.readouterr().err
+
+
 def test_tune_rejects_a_bad_config(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["tune", "--configs", "64x64 w4"])
@@ -65,18 +76,20 @@ def test_tune_rejects_a_bad_config(capsys: pytest.CaptureFixture[str]) -> None:
     (32, ARTICLE), (64, ARTICLE), (80, P_IN_REGISTERS), (96, P_IN_REGISTERS),
     (128, P_IN_REGISTERS), (192, KernelConfig(64, 32, 4, 2)),
 ])
-@pytest.mark.parametrize("arch", [80, 86, 89])
+@pytest.mark.parametrize("arch", [80, 86, 89, 120, 121])
 def test_default_on_the_mma_sync_path(arch: int, head_dim: int,
                                       expected: KernelConfig) -> None:
-    """mma.sync archs (and sm_90 with DISABLE_MMA_V3, which launch_arch reports as 80): P in
-    registers for 64 < D <= 128 (NOTES, experiment 11), 64x64 up to D = 64."""
+    """mma.sync archs (sm_80/86/89, consumer Blackwell sm_120/121, and sm_90 with
+    DISABLE_MMA_V3, which launch_arch reports as 80): P in registers for 64 < D <= 128 (NOTES,
+    experiment 11), 64x64 up to D = 64."""
     for causal in (False, True):
         for seqlen in (1, 1024, 100_000):
             assert default_config(head_dim, causal, seqlen, arch) == expected
 
 
 @pytest.mark.parametrize(("arch", "head_dims"), [(None, (16, 32, 64, 96, 128)),
-                                                 (90, (16, 32)), (100, (16, 64, 128))])
+                                                 (90, (16, 32)), (100, (16, 64, 128)),
+                                                 (103, (64, 96, 128))])
 def test_default_off_the_table_elsewhere(arch: int | None, head_dims: tuple[int, ...]) -> None:
     """The interpreter, and head dims sm_90+ has no table entry for, keep 64x64 up to D=128."""
     for head_dim in head_dims:
@@ -95,3 +108,21 @@ def test_default_on_sm90_is_the_tuned_table() -> None:
             assert got == cfg, key  # the top bucket, 16384, takes longer Lq too
         assert default_config(int(d.removeprefix("d")) - 8, mask == "causal", length,
                               int(arch.removeprefix("sm"))) == cfg, "D pads up to the key's"
+
+
+@pytest.mark.parametrize(("capability", "disable_mma_v3", "expected"), [
+    ((8, 6), "1", 86),     # no wgmma to disable
+    ((9, 0), "1", 80),     # Hopper: Triton builds sm_80's mma.sync code
+    ((9, 0), "0", 90),
+    ((10, 0), "1", 100),   # B200: tcgen05 code whatever DISABLE_MMA_V3 says
+    ((12, 0), "1", 120),   # consumer Blackwell: mma.sync anyway
+])
+def test_launch_arch(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int],
+                     disable_mma_v3: str, expected: int) -> None:
+    """The arch whose code Triton builds (Triton's getMMAVersionSafe: DISABLE_MMA_V3 turns
+    wgmma into mma.sync on sm_90 only; sm_100 keeps tcgen05), hence the default's arch."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
+    monkeypatch.setenv("DISABLE_MMA_V3", disable_mma_v3)
+    assert launch_arch(torch.device("cuda")) == expected

@@ -396,6 +396,7 @@ def test_xdist_worker_gets_one_gpu(monkeypatch: pytest.MonkeyPatch, worker: str,
     (16, [139.8], 16),       # one H200, 16 cores: the cores bound it
     (64, [139.8], 17),       # ... 64 cores: 139.8 GiB // 8
     (32, [24.0, 24.0], 6),   # two 24 GiB cards: 3 each
+    (32, [80.0, 24.0], 6),   # dealt out in turn: the 24 GiB card holds 3, so 3 each
     (8, [6.0], 1),           # a small card still gets one
     (8, [], 1),              # no GPU
 ])

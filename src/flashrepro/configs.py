@@ -80,9 +80,10 @@ class KernelConfig:
         Raises:
             ValueError: text that is neither, or a field out of range (as the constructor).
         """
+        text = text.strip()  # names and labels alike
         if text in NAMED:
             return NAMED[text]
-        match = re.fullmatch(r"(\d+)x(\d+) w(\d+) s(\d+)( tma)?( overlap)?", text.strip())
+        match = re.fullmatch(r"([0-9]+)x([0-9]+) w([0-9]+) s([0-9]+)( tma)?( overlap)?", text)
         if match is None:
             raise ValueError(f"config must be a name in {sorted(NAMED)} or a label like "
                              f"'64x64 w4 s3' or '64x64 w4 s3 tma', got {text!r}")
@@ -135,15 +136,29 @@ NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REG
                                   "fa3-overlap": FA3_OVERLAP}
 
 
+MMA_V3_ARCHS = range(90, 100)
+"""Archs where Triton 3.6 lowers ``tl.dot`` to wgmma (MMA v3), and where ``DISABLE_MMA_V3=1``
+makes it build sm_80's mma.sync code instead: Hopper only. sm_100/103 get tcgen05 (MMA v5) with
+or without it, sm_120/121 mma.sync (``getMMAVersionSafe`` in Triton's
+lib/Dialect/TritonGPU/Transforms/AccelerateMatmul.cpp; checked by offline compiles)."""
+
+
+def mma_sync_arch(arch: int | None) -> bool:
+    """Whether Triton 3.6 lowers ``tl.dot`` for ``arch`` (a :func:`launch_arch` value) to
+    mma.sync (MMA v2): below sm_90 and on consumer Blackwell (sm_120/121); False for None
+    (interpreter). Source: as :data:`MMA_V3_ARCHS`."""
+    return arch is not None and (arch < 90 or 120 <= arch < 130)
+
+
 def launch_arch(device: torch.device | None = None) -> int | None:
     """The arch whose code Triton builds for ``device``: its compute capability as an int (90
-    for sm_90), 80 on sm_90+ when ``DISABLE_MMA_V3=1`` makes Triton build the sm_80 (mma.sync)
-    code, None off a CUDA device (interpreter)."""
+    for sm_90), 80 on Hopper (:data:`MMA_V3_ARCHS`) when ``DISABLE_MMA_V3=1`` makes Triton
+    build the sm_80 (mma.sync) code, None off a CUDA device (interpreter)."""
     if device is not None and device.type != "cuda":
         return None
     major, minor = torch.cuda.get_device_capability(device)
     arch = 10 * major + minor
-    if arch >= 90 and os.environ.get("DISABLE_MMA_V3", "0") not in ("", "0"):
+    if arch in MMA_V3_ARCHS and os.environ.get("DISABLE_MMA_V3", "0") not in ("", "0"):
         return 80
     return arch
 
@@ -174,9 +189,10 @@ def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None)
     Looks up the committed table ``reproduce/tuned.json`` (written by ``python -m flashrepro
     tune`` on the GPU it describes) by arch, head dim (padded to a power of two), causal and
     :func:`length_bucket`; off the table, a rule that fits every arch's shared memory:
-    64x64, 4 warps, 3 stages up to D = 64; for 64 < D <= 128 the same on sm_90+ and in the
-    interpreter, and :data:`P_IN_REGISTERS` on the mma.sync path (arch < 90: sm_80/86/89, sm_90
-    with ``DISABLE_MMA_V3=1``); 64x32, 2 stages above D = 128.
+    64x64, 4 warps, 3 stages up to D = 64; for 64 < D <= 128 the same on wgmma and tcgen05 archs
+    and in the interpreter, and :data:`P_IN_REGISTERS` on the mma.sync path
+    (:func:`mma_sync_arch`: sm_80/86/89, sm_90 with ``DISABLE_MMA_V3=1``, sm_120/121);
+    64x32, 2 stages above D = 128.
 
     The mma.sync rule is measured on the H200 with ``DISABLE_MMA_V3=1`` only (reproduce/NOTES.md,
     experiment 11): at D = 128, 128x64 w8 s3 beat 64x64 w4 s3 at every length 512..16384, causal
@@ -198,7 +214,7 @@ def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None)
         key = table_key(arch, padded, causal, length_bucket(seqlen_q))
         if key in _tuned_table():
             return _tuned_table()[key]
-    if padded <= 64 or (padded <= 128 and (arch is None or arch >= 90)):
+    if padded <= 64 or (padded <= 128 and not mma_sync_arch(arch)):
         return KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
     if padded <= 128:
         return P_IN_REGISTERS

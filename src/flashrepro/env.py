@@ -109,12 +109,14 @@ def xdist_workers() -> int:
     """pytest-xdist workers for the GPU suite: one per usable CPU core, since Triton's compiles
     (single-threaded ptxas, on the CPU) take most of the suite's time, and at most one per
     ``GIB_PER_XDIST_WORKER`` GiB of each visible GPU's memory (at least one per GPU). 1 without
-    a GPU. ``tests/conftest.py`` spreads the workers over the GPUs.
+    a GPU. ``tests/conftest.py`` deals the workers out to the GPUs in turn, so each GPU gets as
+    many as the smallest one can hold.
     """
     per_gpu = [max(1, torch.cuda.get_device_properties(i).total_memory
                    // (GIB_PER_XDIST_WORKER << 30))
                for i in range(torch.cuda.device_count())]
-    return max(1, min(len(os.sched_getaffinity(0)), sum(per_gpu)))
+    by_memory = len(per_gpu) * min(per_gpu, default=1)
+    return max(1, min(len(os.sched_getaffinity(0)), by_memory))
 
 
 def positive_int(text: str) -> int:

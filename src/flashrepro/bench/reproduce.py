@@ -29,7 +29,7 @@ from flashrepro import env
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import SLEEP_CYCLES, Summary, busy_wait_us, interleaved_rounds
-from flashrepro.configs import default_config, launch_arch
+from flashrepro.configs import MMA_V3_ARCHS, default_config, launch_arch
 from flashrepro.report import reproduce_markdown, reproduce_table
 
 SCHEMA = "flashrepro.results/1"
@@ -156,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
         records += measure(dataclasses.replace(problem, causal=False),
                            [*K.FLASHREPRO, *K.TORCH_BACKENDS], args.rounds, args.calls,
                            suffix=NON_CAUSAL)
-    if not args.no_mma_sync and (launch_arch() or 0) >= 90:
+    if not args.no_mma_sync and launch_arch() in MMA_V3_ARCHS:  # Hopper: wgmma unless disabled
         records += _mma_sync_records(args)
     results = {
         "schema": SCHEMA,

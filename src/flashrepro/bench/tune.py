@@ -14,6 +14,7 @@ import argparse
 import itertools
 import json
 import statistics
+import sys
 
 import torch
 from tabulate import tabulate
@@ -117,6 +118,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    for d in args.head_dims:  # before any timing: a later problem would fail after minutes
+        if not candidates(d, args.configs):
+            print(f"tune: none of --configs fits D={d} (above D = 128 only BLOCK_N <= 64 with "
+                  f"<= 2 stages): {[c.label() for c in args.configs]}", file=sys.stderr)
+            return 2
     if not torch.cuda.is_available():
         print("tune: needs a CUDA GPU (torch sees none)")
         return 1 if env.require_gpu() else 0
