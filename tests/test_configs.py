@@ -126,3 +126,27 @@ def test_launch_arch(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.setenv("DISABLE_MMA_V3", disable_mma_v3)
     assert launch_arch(torch.device("cuda")) == expected
+
+
+@pytest.mark.parametrize(("arch", "dtype", "d", "causal", "offset", "expected"), [
+    (90, "float16", 128, True, 0, True),
+    (90, "bfloat16", 64, False, -5, True),     # no mask: the offset does not matter
+    (90, "float16", 128, True, -1, False),     # bottom-right with Lq > Lk: rows without keys
+    (90, "float16", 96, True, 0, False),       # D not 64 or 128
+    (90, "float32", 128, True, 0, False),
+    (80, "float16", 128, True, 0, False),      # mma.sync (e.g. sm_90 with DISABLE_MMA_V3)
+    (100, "float16", 128, True, 0, False),     # Blackwell: no Hopper wgmma
+])
+def test_overlap_applies_only_where_the_gluon_kernel_does(
+        monkeypatch: pytest.MonkeyPatch, arch: int, dtype: str, d: int, causal: bool,
+        offset: int, expected: bool) -> None:
+    from types import SimpleNamespace
+
+    import torch
+
+    from flashrepro import api
+    monkeypatch.setattr(api, "launch_arch", lambda device: arch)
+    q = SimpleNamespace(device=torch.device("cuda"), dtype=getattr(torch, dtype))
+    assert api._overlap_ok(q, d, causal, offset) is expected
+    q_cpu = SimpleNamespace(device=torch.device("cpu"), dtype=getattr(torch, dtype))
+    assert api._overlap_ok(q_cpu, d, causal, offset) is False  # the interpreter: Triton kernel

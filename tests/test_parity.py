@@ -39,15 +39,19 @@ def test_interpreter_parity(d: int, lq: int, lk: int, causal: bool, config: Kern
     check_parity(q, k, v, causal=causal, config=config)
 
 
+@pytest.mark.parametrize(("config", "d"), [(KernelConfig(16, 16, 4, 1), 16), ("fa3-overlap", 64)],
+                         ids=["triton", "gluon"])
 @pytest.mark.parametrize("heads_per_group", [1, 4, 6])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_head_groups(heads_per_group: int, causal: bool, device: torch.device,
-                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_head_groups(heads_per_group: int, causal: bool, config: KernelConfig | str, d: int,
+                     device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every (batch, head, query block) is computed once whatever the group size, including
-    a last group with fewer heads (B·H = 6 with groups of 4), and B != H."""
+    a last group with fewer heads (B·H = 6 with groups of 4), and B != H; for the Triton
+    kernel and (on sm_90) the Gluon kernel, which repeats its program order."""
     monkeypatch.setattr(flashrepro.api, "_heads_per_group", lambda *args: heads_per_group)
-    q, k, v = random_qkv(3, 2, 40, 40, 16, torch.float16, device)
-    check_parity(q, k, v, causal=causal, config=KernelConfig(16, 16, 4, 1))
+    q, k, v = random_qkv(3, 2, 40 if d == 16 else 130, 40 if d == 16 else 130, d,
+                         torch.float16, device)
+    check_parity(q, k, v, causal=causal, config=config)
 
 
 @pytest.mark.skipif(HAS_GPU, reason="interpreter matrix; the GPU matrix covers this")
