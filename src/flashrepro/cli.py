@@ -1,4 +1,4 @@
-"""Command line: ``python -m flashrepro {reproduce,sass,bench,profile,gate,doctor} ...``.
+"""Command line: ``python -m flashrepro {doctor,reproduce,bench,tune,profile,sass,gate} ...``.
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
 ``run(args) -> int`` (the process exit code).

@@ -35,7 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="results JSON of a reproduce run "
                              "(reproduce/results/<gpu-key>/reproduce.json); with "
                              "--update-baseline, several runs (each its own process) are pooled "
-                             "into one baseline")
+                             "into one baseline. The verdict is stored in each file, under "
+                             "\"gate\"")
     parser.add_argument("--baseline-dir", type=Path, default=Path("reproduce/baselines"),
                         help="root of the per-GPU baselines (default: reproduce/baselines)")
     parser.add_argument("--update-baseline", action="store_true",
