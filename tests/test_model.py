@@ -70,6 +70,18 @@ def test_wgmma_model() -> None:
     assert model.wgmma_gemm(128, 512, 16, 4) == 2 * 2
 
 
+@pytest.mark.parametrize(("tiles", "total", "in_loop"), [
+    ((64, 64, 128, 4), 24, 12),     # the tuned default's tiles (offline sm_90 compile: 24 / 12)
+    ((128, 128, 128, 8), 32, 16),   # two warpgroups over 128 rows (offline compile: 32 / 16)
+    ((64, 64, 64, 4), 16, 8),       # D=64 (offline compile: 16 / 8)
+])
+def test_gluon_overlap_model(tiles: tuple[int, int, int, int], total: int,
+                             in_loop: int) -> None:
+    prediction = model.gluon_overlap_model(*tiles)
+    assert (prediction.total["HGMMA"], prediction.in_loops["HGMMA"]) == (total, in_loop)
+    assert prediction.total["LDSM"] == prediction.total["HMMA"] == 0
+
+
 def test_fa2_loop_bodies() -> None:
     assert model.fa2_loop_bodies(64, 64) == 2
     assert model.fa2_loop_bodies(128, 64) == 3

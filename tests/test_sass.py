@@ -154,6 +154,22 @@ def test_p_in_registers_gives_torchs_profile_in_the_loops() -> None:
         assert (loops["HMMA"], loops["LDSM"], loops["LDSM.MT"]) == (256, 80, 64), target
 
 
+def test_gluon_row_is_counted_and_modelled() -> None:
+    """Where the default is the Gluon kernel (sm_90, D=128 causal at the article problem), the
+    table counts it, next to the Triton kernel at the same tiles: the model's 2 x (S + P·V)
+    HGMMAs, one (S + P·V) in its single loop, no LDSM (P in registers, Q/K/V by TMA). (That
+    the loop keeps one wgmma group in flight is checked on the GPU, in the PTX:
+    tests/test_parity.py::test_gpu_overlap_runs_the_gluon_kernel.)"""
+    block = full_report()["targets"]["sm_90"]
+    gluon = next(r for r in block["rows"] if r["variant"] == "fwd_gluon")
+    assert gluon["config"]["overlap"] and gluon["model"]["status"] == "match"
+    classes, loops = gluon["counts"]["classes"], gluon["counts"]["loop_classes"]
+    assert (classes["HGMMA"], loops["HGMMA"], classes["LDSM"], classes["HMMA"]) == (24, 12, 0, 0)
+    tiles = {k: v for k, v in gluon["config"].items() if k != "overlap"}
+    assert any(r["variant"] == "fwd" and {k: v for k, v in r["config"].items()
+                                         if k != "overlap"} == tiles for r in block["rows"])
+
+
 @pytest.mark.parametrize("changed", [KernelConfig(64, 32, 4, 3), KernelConfig(64, 64, 8, 3)],
                          ids=["block_n=32", "num_warps=8"])
 def test_changing_the_article_config_fails_the_golden_check(

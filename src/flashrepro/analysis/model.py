@@ -208,6 +208,21 @@ def wgmma_model(block_m: int, block_n: int, head_dim: int, num_warps: int,
     return Prediction(counts, dict(counts))
 
 
+def gluon_overlap_model(block_m: int, block_n: int, head_dim: int, num_warps: int) -> Prediction:
+    """Static counts of the Gluon kernel (kernels/fwd_gluon.py): one software-pipelined loop
+    whose body issues S_j and P_{j-1}·V_{j-1}, plus S_0 before it and the last P·V after it,
+    so 2 x (S + P·V) HGMMAs in all and one (S + P·V) in the loop; no HMMA, no LDSM (P stays in
+    registers, Q, K, V arrive by TMA). Article config: 24 in all, 12 in the loop.
+
+    Raises:
+        ValueError: see :func:`wgmma_gemm`.
+    """
+    stage = (wgmma_gemm(block_m, block_n, head_dim, num_warps)
+             + wgmma_gemm(block_m, head_dim, block_n, num_warps))
+    total = {"HMMA": 0, "HGMMA": 2 * stage, "LDSM": 0, "LDSM.MT": 0}
+    return Prediction(total, {**total, "HGMMA": stage})
+
+
 FA2_WARPS = (4, 1)
 """torch's FA2 warp grid, 4 warps over the rows of S and O: ``kernel_traits.h`` builds
 ``TiledMMA<..., Layout<Shape<Int<kNWarps>,_1,_1>>>``."""

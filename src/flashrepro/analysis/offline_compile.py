@@ -107,7 +107,25 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
             "the article's Triton kernel, frozen (kernels/article.py)"),
     Variant("fwd", "flashrepro.kernels.fwd:attn_fwd_kernel", "flashrepro.api:attention",
             "the production kernel (kernels/fwd.py)"),
+    Variant("fwd_gluon", "flashrepro.kernels.fwd_gluon:attn_fwd_gluon_kernel",
+            "flashrepro.analysis.offline_compile:gluon_entry",
+            "the Gluon kernel with FA3's overlap (kernels/fwd_gluon.py), sm_90 only"),
 )}
+
+
+def gluon_entry(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                config: KernelConfig) -> None:
+    """The Gluon kernel's launch as :func:`flashrepro.api.attention` makes it on an sm_90 GPU
+    (top-left mask, LSE off, all heads in one group), for :func:`record_launch`: the API's CPU
+    path runs the Triton kernel instead."""
+    from flashrepro.kernels import fwd_gluon
+
+    b, h, lq, d = q.shape
+    fwd_gluon.launch(q, k, v, torch.empty_like(q), torch.empty(b, h, lq), causal=causal,
+                     qk_scale=1.4426950408889634 / d**0.5, causal_offset=0,
+                     heads_per_group=b * h, store_lse=False, block_m=config.block_m,
+                     block_n=config.block_n, num_stages=config.num_stages,
+                     num_warps=config.num_warps)
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,10 @@ def _triton_prediction(result: KernelSass,
     cfg, d = result.spec.config, triton.next_power_of_2(result.spec.problem.head_dim)
     layouts = result.mma_layouts
     try:
+        if result.spec.variant == "fwd_gluon":
+            return (model.gluon_overlap_model(cfg.block_m, cfg.block_n, d, cfg.num_warps),
+                    ["wgmma m64nNk16: S_0, then S_j and P_{j-1}·V_{j-1} per loop body, "
+                     "then the last P·V; P from registers"])
         if target.wgmma:
             if not any(lay["version"] == 3 for lay in layouts):
                 return None, [f"no wgmma layout in the TTGIR ({layouts}): Triton did not use "
