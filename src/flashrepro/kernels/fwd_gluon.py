@@ -16,6 +16,8 @@ bf16, HEAD_DIM 64 or 128, inputs that TMA can address, and ``causal_offset >= 0`
 row sees key 0, so no row's running max stays -inf).
 """
 
+import torch
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -25,6 +27,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 
 @gluon.jit
@@ -193,14 +196,22 @@ def attn_fwd_gluon_kernel(
     tma.store_wait(pendings=0)
 
 
-def launch(q, k, v, o, lse, *, causal: bool, qk_scale: float, causal_offset: int,
+def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+           lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
            heads_per_group: int, store_lse: bool, block_m: int, block_n: int, num_stages: int,
-           num_warps: int):
-    """Launch :func:`attn_fwd_gluon_kernel` on (B, H, L, D) tensors q, k, v, o (TMA-addressable,
-    checked by the caller) and the (B, H, Lq) fp32 ``lse``."""
-    import triton
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+           num_warps: int) -> None:
+    """Launch :func:`attn_fwd_gluon_kernel`.
 
+    Args:
+        q, o: (B, H, Lq, D) fp16/bf16; k, v: (B, H_kv, Lk, D), H a multiple of H_kv; all four
+            TMA-addressable (checked by the caller, :func:`flashrepro.api.attention`), D 64 or
+            128. o is written.
+        lse: (B, H, Lq) fp32, written (natural log) when ``store_lse``.
+        qk_scale: sm_scale·log2(e). causal_offset: key j is visible to row i iff
+            j <= i + causal_offset (>= 0 here). heads_per_group: see the program order in
+            :mod:`flashrepro.kernels.fwd`.
+        block_m, block_n, num_stages, num_warps: the launch (``KernelConfig`` fields).
+    """
     b, h, lq, d = q.shape
     lk = k.shape[2]
     gdtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q.dtype)]
@@ -211,7 +222,7 @@ def launch(q, k, v, o, lse, *, causal: bool, qk_scale: float, causal_offset: int
         return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
     grid = (b * h * triton.cdiv(lq, block_m),)
-    return attn_fwd_gluon_kernel[grid](
+    attn_fwd_gluon_kernel[grid](
         desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(o, block_m), lse,
         lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
