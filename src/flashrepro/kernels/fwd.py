@@ -113,6 +113,34 @@ def _attn_stage(acc, l_i, m_i, q, K, V, kv_offs, stride_n, off_b, off_hkv,
 # Lengths and the causal offset are never specialised: Triton would turn a value of 1 into a
 # constant, and with seqlen_k = 1 and causal_offset = 0 both constant, ptxas of triton 3.6 crashes
 # (segfault) on the 128x32, 4-warp, 2-stage sm_90 build. One binary per config also saves compiles.
+@triton.jit
+def program_tile(num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                 BLOCK_M: tl.constexpr):
+    """This program's query block, batch, head and key/value head: (start_m, off_b, off_h,
+    off_hkv), for a 1-D grid of B·H·cdiv(Lq, BLOCK_M) programs.
+
+    Program order. CUDA starts programs in grid order. (Batch, head) pairs are taken in
+    groups of ``heads_per_group``, chosen by the launcher so that one group's K and V fit in
+    half of L2; inside a group the heads vary fastest and the query blocks go heaviest
+    first. Under a causal mask query block m does m + 1 key blocks of work, so every head's
+    longest blocks start in the first wave and the short ones fill the tail
+    (longest-processing-time-first), while the programs running at once share their K/V
+    in L2. Measured on the H200: reproduce/NOTES.md, experiment 4.
+    """
+    num_m = tl.cdiv(seqlen_q, BLOCK_M)
+    pid = tl.program_id(0)
+    group = pid // (heads_per_group * num_m)
+    first_hb = group * heads_per_group
+    heads_here = tl.minimum(heads_per_group, num_heads * num_batch - first_hb)
+    rank = pid - group * heads_per_group * num_m
+    start_m = num_m - 1 - rank // heads_here
+    off_hb = first_hb + rank % heads_here
+    off_b = off_hb // num_heads
+    off_h = off_hb % num_heads
+    off_hkv = off_h // kv_group
+    return start_m, off_b, off_h, off_hkv
+
+
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "causal_offset"])
 def attn_fwd_kernel(
     Q, K, V, O, LSE,
@@ -136,24 +164,8 @@ def attn_fwd_kernel(
     ``kv_group`` = H / H_kv query heads share one key/value head (GQA; 1 for plain MHA).
     ``heads_per_group``: see the program order below.
     """
-    # Program order. CUDA starts programs in grid order. (Batch, head) pairs are taken in
-    # groups of `heads_per_group`, chosen by the launcher so that one group's K and V fit in
-    # half of L2; inside a group the heads vary fastest and the query blocks go heaviest
-    # first. Under a causal mask query block m does m + 1 key blocks of work, so every head's
-    # longest blocks start in the first wave and the short ones fill the tail
-    # (longest-processing-time-first), while the programs running at once share their K/V
-    # in L2. Measured on the H200: reproduce/NOTES.md, experiment 4.
-    num_m = tl.cdiv(seqlen_q, BLOCK_M)
-    pid = tl.program_id(0)
-    group = pid // (heads_per_group * num_m)
-    first_hb = group * heads_per_group
-    heads_here = tl.minimum(heads_per_group, num_heads * num_batch - first_hb)
-    rank = pid - group * heads_per_group * num_m
-    start_m = num_m - 1 - rank // heads_here
-    off_hb = first_hb + rank % heads_here
-    off_b = off_hb // num_heads
-    off_h = off_hb % num_heads
-    off_hkv = off_h // kv_group
+    start_m, off_b, off_h, off_hkv = program_tile(num_batch, num_heads, kv_group,
+                                                  heads_per_group, seqlen_q, BLOCK_M)
 
     offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)

@@ -29,6 +29,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from flashrepro.kernels.fwd import program_tile
+
 
 @gluon.jit
 def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
@@ -43,6 +45,33 @@ def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
     p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
     return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
+
+
+@gluon.jit
+def _softmax_block(s, m_i, l_i, cols, rows, full, seqlen_k, causal_offset, qk_scale,
+                   CAUSAL: gl.constexpr):
+    """:func:`_softmax_step` of one block, with the masks only where ``full`` (a runtime
+    flag: every query row sees the whole block) is false."""
+    if full:
+        p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
+                                               causal_offset, qk_scale, False, CAUSAL)
+    else:
+        p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
+                                               causal_offset, qk_scale, True, CAUSAL)
+    return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _load_kv(k_desc, v_desc, k_smem, v_smem, k_bar, v_bar, slot, block, off_b, off_hkv,
+             pred, BLOCK_N: gl.constexpr):
+    """TMA-load key/value block ``block`` into ``slot``; K and V each complete their own
+    mbarrier, so Q·Kᵀ can start before V lands. Nothing is issued where ``pred`` is false."""
+    mbarrier.expect(k_bar.index(slot), k_desc.block_type.nbytes, pred)
+    tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, block * BLOCK_N, 0],
+                                    k_bar.index(slot), k_smem.index(slot), pred)
+    mbarrier.expect(v_bar.index(slot), v_desc.block_type.nbytes, pred)
+    tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, block * BLOCK_N, 0],
+                                    v_bar.index(slot), v_smem.index(slot), pred)
 
 
 @gluon.jit
@@ -61,17 +90,8 @@ def attn_fwd_gluon_kernel(
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
     """
     dtype: gl.constexpr = q_desc.dtype
-    num_m = gl.cdiv(seqlen_q, BLOCK_M)
-    pid = gl.program_id(0)
-    group = pid // (heads_per_group * num_m)
-    first_hb = group * heads_per_group
-    heads_here = gl.minimum(heads_per_group, num_heads * num_batch - first_hb)
-    rank = pid - group * heads_per_group * num_m
-    start_m = num_m - 1 - rank // heads_here
-    off_hb = first_hb + rank % heads_here
-    off_b = off_hb // num_heads
-    off_h = off_hb % num_heads
-    off_hkv = off_h // kv_group
+    start_m, off_b, off_h, off_hkv = program_tile(num_batch, num_heads, kv_group,
+                                                  heads_per_group, seqlen_q, BLOCK_M)
 
     # -- layouts: wgmma accumulators with the warps over rows ([num_warps, 1]); P feeds P·V
     # from registers as its A operand, in the dot-operand layout of O's accumulator --
@@ -108,13 +128,8 @@ def attn_fwd_gluon_kernel(
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [off_b, off_h, start_m * BLOCK_M, 0], q_bar, q_smem)
     for i in gl.static_range(NUM_STAGES):
-        pred = i < n_blocks
-        mbarrier.expect(k_bar.index(i), k_desc.block_type.nbytes, pred)
-        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, i * BLOCK_N, 0],
-                                        k_bar.index(i), k_smem.index(i), pred)
-        mbarrier.expect(v_bar.index(i), v_desc.block_type.nbytes, pred)
-        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, i * BLOCK_N, 0],
-                                        v_bar.index(i), v_smem.index(i), pred)
+        _load_kv(k_desc, v_desc, k_smem, v_smem, k_bar, v_bar, i, i, off_b, off_hkv,
+                 i < n_blocks, BLOCK_N)
 
     q = q_smem.reshape([BLOCK_M, HEAD_DIM])
     rows = start_m * BLOCK_M + gl.arange(0, BLOCK_M, layout=row_layout)
@@ -130,12 +145,8 @@ def attn_fwd_gluon_kernel(
     k0 = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
     s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
     s = warpgroup_mma_wait(0, deps=(s,))
-    if n_full > 0:
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols0, rows, seqlen_k, causal_offset,
-                                           qk_scale, False, CAUSAL)
-    else:
-        p, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols0, rows, seqlen_k, causal_offset,
-                                           qk_scale, True, CAUSAL)
+    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
+                                        causal_offset, qk_scale, CAUSAL)
     p = gl.convert_layout(p.to(dtype), p_layout)
 
     # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V --
@@ -149,25 +160,16 @@ def attn_fwd_gluon_kernel(
         v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
         acc = warpgroup_mma(p, v_prev, acc, is_async=True)
         s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
-        cols = j * BLOCK_N + cols0
-        if j < n_full:
-            p_new, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                                   causal_offset, qk_scale, False, CAUSAL)
-        else:
-            p_new, alpha, m_i, l_i = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                                   causal_offset, qk_scale, True, CAUSAL)
+        p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
+                                                j < n_full, seqlen_k, causal_offset,
+                                                qk_scale, CAUSAL)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
         p = gl.convert_layout(p_new.to(dtype), p_layout)
         # Slot `prev` is free (its K and V were read by finished wgmmas): refill it.
         nxt = j - 1 + NUM_STAGES
-        pred = nxt < n_blocks
-        mbarrier.expect(k_bar.index(prev), k_desc.block_type.nbytes, pred)
-        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, nxt * BLOCK_N, 0],
-                                        k_bar.index(prev), k_smem.index(prev), pred)
-        mbarrier.expect(v_bar.index(prev), v_desc.block_type.nbytes, pred)
-        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, nxt * BLOCK_N, 0],
-                                        v_bar.index(prev), v_smem.index(prev), pred)
+        _load_kv(k_desc, v_desc, k_smem, v_smem, k_bar, v_bar, prev, nxt, off_b, off_hkv,
+                 nxt < n_blocks, BLOCK_N)
 
     # -- the last block's P·V, then the epilogue: normalise once, store through TMA --
     last = n_blocks - 1
