@@ -4,47 +4,36 @@ Run from the repository root on a GPU machine:
 
     PYTHONPATH=src python reproduce/gpu/host_outliers.py
 
-Repeats :func:`flashrepro.bench.timing.time_calls`'s loop (L2 flush, busy-wait, event, call,
-event) for 60 rounds of 10 calls per kernel at the article config, with Python's garbage
-collector on and then off, and reports the host time per call (``start.record()`` to after
-``end.record()``): median, 99th percentile, maximum, how many calls passed 80 % of the
-busy-wait, and how many of those were the first call of a round.
+Times with :func:`flashrepro.bench.timing.time_calls_and_host` (time_calls' loop: L2 flush,
+busy-wait, event, call, event) for 60 rounds of 10 calls per kernel at the article config, with
+Python's garbage collector on and then off during the timed calls, and reports the host time
+per call (``start.record()`` to after ``end.record()``): median, 99th percentile, maximum, how
+many calls passed 80 % of the busy-wait, and how many of those were the first call of a round.
+(The committed results came from this script's first version, which repeated that loop
+itself.)
 """
 
 from __future__ import annotations
 
 import gc
 import statistics
-import time
 
-import torch
 from tabulate import tabulate
 
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import load_article
-from flashrepro.bench.timing import FLUSH_BYTES, HOST_MARGIN, SLEEP_CYCLES, busy_wait_us
+from flashrepro.bench.timing import HOST_MARGIN, busy_wait_us, time_calls_and_host
 
 NAMES = ["flashrepro", "flashrepro-article-config", "torch-flash"]
 ROUNDS, CALLS = 60, 10
 
 
-def host_times(fn) -> list[tuple[int, float]]:
+def host_times(fn, gc_on: bool) -> list[tuple[int, float]]:
     """(index in round, host µs) of ROUNDS x CALLS calls timed as time_calls times them."""
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     out = []
     for _ in range(ROUNDS):
-        fn()  # time_calls' warmup=1
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        for i in range(CALLS):
-            flush.zero_()
-            torch.cuda._sleep(SLEEP_CYCLES)
-            t0 = time.perf_counter_ns()
-            start.record()
-            fn()
-            end.record()
-            out.append((i, (time.perf_counter_ns() - t0) / 1e3))
-        torch.cuda.synchronize()
+        _, host_us = time_calls_and_host(fn, CALLS, warmup=1, gc_off=not gc_on)
+        out += list(enumerate(host_us))
     return out
 
 
@@ -58,9 +47,7 @@ def main() -> None:
             fn = K.make_call(name, inputs, causal)
             for gc_on in (True, False):
                 gc.collect()
-                (gc.enable if gc_on else gc.disable)()
-                samples = host_times(fn)
-                gc.enable()
+                samples = host_times(fn, gc_on)
                 us = sorted(t for _, t in samples)
                 over = [(i, t) for i, t in samples if t > HOST_MARGIN * wait]
                 rows.append([name, "causal" if causal else "non-causal", "on" if gc_on else "off",

@@ -111,6 +111,29 @@ def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[fl
         HostBoundWarning: a call's host time (``start.record()`` to ``end.record()``) reached
             ``HOST_MARGIN`` of :func:`busy_wait_us`.
     """
+    gpu_us, host_us = time_calls_and_host(fn, calls, warmup)
+    wait_us = busy_wait_us()
+    over = [us for us in host_us if us > HOST_MARGIN * wait_us]
+    if over:
+        warnings.warn(f"{len(over)} of {calls} timed calls spent up to {max(over):.0f} µs on the "
+                      f"host, more than {HOST_MARGIN:.0%} of the {wait_us:.0f} µs busy-wait: "
+                      "their GPU times may include host launch gaps (raise "
+                      "timing.SLEEP_CYCLES if this is not a rare outlier)",
+                      HostBoundWarning, stacklevel=2)
+    return gpu_us
+
+
+def time_calls_and_host(fn: Callable[[], object], calls: int, warmup: int = 3,
+                        gc_off: bool = True) -> tuple[list[float], list[float]]:
+    """:func:`time_calls`' measurement, without its warning: per-call GPU times (µs, CUDA
+    events) and host times (µs, ``start.record()`` to after ``end.record()``), in call order.
+
+    ``gc_off``: Python's garbage collector is off during the timed calls (a collection inside
+    a call can outlast the busy-wait; reproduce/NOTES.md, experiment 13, which times it on).
+
+    Raises:
+        RuntimeError: when no CUDA device is available.
+    """
     if not torch.cuda.is_available():
         raise RuntimeError("timing needs a CUDA GPU")
     flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
@@ -121,7 +144,8 @@ def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[fl
     host_ns = []
     torch.cuda.synchronize()
     gc_was_on = gc.isenabled()
-    gc.disable()  # a collection inside a call can outlast the busy-wait (NOTES, experiment 13)
+    if gc_off:
+        gc.disable()
     try:
         for start, end in zip(starts, ends, strict=True):
             flush.zero_()
@@ -135,15 +159,8 @@ def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[fl
         if gc_was_on:
             gc.enable()
     torch.cuda.synchronize()
-    wait_us = busy_wait_us()
-    over = [ns / 1e3 for ns in host_ns if ns / 1e3 > HOST_MARGIN * wait_us]
-    if over:
-        warnings.warn(f"{len(over)} of {calls} timed calls spent up to {max(over):.0f} µs on the "
-                      f"host, more than {HOST_MARGIN:.0%} of the {wait_us:.0f} µs busy-wait: "
-                      "their GPU times may include host launch gaps (raise "
-                      "timing.SLEEP_CYCLES if this is not a rare outlier)",
-                      HostBoundWarning, stacklevel=2)
-    return [1e3 * s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+    return ([1e3 * s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)],
+            [ns / 1e3 for ns in host_ns])
 
 
 def time_graph(fn: Callable[[], object], calls: int, replays: int) -> list[float]:
