@@ -114,18 +114,18 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
 
 
 def gluon_entry(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                config: KernelConfig) -> None:
-    """The Gluon kernel's launch as :func:`flashrepro.api.attention` makes it on an sm_90 GPU
-    (top-left mask, LSE off, all heads in one group), for :func:`record_launch`: the API's CPU
-    path runs the Triton kernel instead."""
-    from flashrepro.kernels import fwd_gluon
+                config: KernelConfig) -> torch.Tensor:
+    """:func:`flashrepro.api.attention` as it launches on an sm_90 GPU, for
+    :func:`record_launch`: its CPU path would run the Triton kernel, so the check that sends a
+    launch to the Gluon kernel (``api._overlap_ok``) is forced true while it records."""
+    from flashrepro import api
 
-    b, h, lq, d = q.shape
-    fwd_gluon.launch(q, k, v, torch.empty_like(q), torch.empty(b, h, lq), causal=causal,
-                     qk_scale=1.4426950408889634 / d**0.5, causal_offset=0,
-                     heads_per_group=b * h, store_lse=False, block_m=config.block_m,
-                     block_n=config.block_n, num_stages=config.num_stages,
-                     num_warps=config.num_warps)
+    check = api._overlap_ok
+    api._overlap_ok = lambda *args: True
+    try:
+        return api.attention(q, k, v, causal=causal, config=config)
+    finally:
+        api._overlap_ok = check
 
 
 @dataclass(frozen=True)
