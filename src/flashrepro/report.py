@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
@@ -71,3 +73,17 @@ def reproduce_markdown(results: dict[str, Any], sass_text: str | None = None) ->
     if sass_text:
         parts += ["## SASS instruction counts", "", sass_text, ""]
     return "\n".join(parts)
+
+
+def write_summary(text: str, path: Path | None) -> None:
+    """Write markdown ``text`` to ``path`` (when given) and append it to
+    ``$GITHUB_STEP_SUMMARY`` (when set) unless that is ``path`` itself: in the image
+    (``.github/scripts/in-image``) it is ``/results/summary.md``, which the workflow copies into
+    the job summary, and appending would show everything twice."""
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if step_summary and (path is None or Path(step_summary).resolve() != path.resolve()):
+        with open(step_summary, "a", encoding="utf-8") as f:
+            f.write(text + "\n")

@@ -30,7 +30,7 @@ from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import SLEEP_CYCLES, Summary, busy_wait_us, interleaved_rounds
 from flashrepro.configs import MMA_V3_ARCHS, default_config, launch_arch
-from flashrepro.report import reproduce_markdown, reproduce_table
+from flashrepro.report import reproduce_markdown, reproduce_table, write_summary
 
 SCHEMA = "flashrepro.results/1"
 RESULTS_DIR = env.REPO_ROOT / "reproduce" / "results"
@@ -202,13 +202,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def write_results(out_dir: Path, results: dict, summary: str) -> None:
-    """Write ``reproduce.json`` and ``summary.md`` under ``out_dir`` and append the summary to
-    ``$GITHUB_STEP_SUMMARY`` when it is set and is another file: in the image (``in-image``) it
-    is ``/results/summary.md`` itself, which the workflow copies into the job summary."""
+    """Write ``reproduce.json`` and ``summary.md`` under ``out_dir``; the summary also goes to
+    the job summary (:func:`flashrepro.report.write_summary`)."""
     (out_dir / "reproduce.json").write_text(json.dumps(results, indent=1) + "\n")
-    summary_path = out_dir / "summary.md"
-    summary_path.write_text(summary)
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary and Path(step_summary).resolve() != summary_path.resolve():
-        with open(step_summary, "a", encoding="utf-8") as f:
-            f.write(summary + "\n")
+    write_summary(summary, out_dir / "summary.md")

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 from flashrepro.gate.check import ExitCode, Verdict, check, update_baseline
+from flashrepro.report import write_summary
 
 
 def _fraction(name: str, low: float, high: float, closed_low: bool):
@@ -60,15 +60,8 @@ def publish(verdict: Verdict, summary: Path | None = None) -> None:
     ``$GITHUB_STEP_SUMMARY`` (when set, and not ``summary`` itself). Storing
     ``verdict.as_dict()`` under ``"gate"`` in the results JSON is the caller's part (it owns
     that file)."""
-    text = verdict.markdown
-    print(text)
-    if summary is not None:
-        summary.parent.mkdir(parents=True, exist_ok=True)
-        summary.write_text(text)
-    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if step_summary and (summary is None or Path(step_summary).resolve() != summary.resolve()):
-        with open(step_summary, "a", encoding="utf-8") as f:
-            f.write(text + "\n")
+    print(verdict.markdown)
+    write_summary(verdict.markdown, summary)
 
 
 def run(args: argparse.Namespace) -> int:
