@@ -153,3 +153,11 @@ def relayout(t: torch.Tensor, order: tuple[int, ...] = (0, 1, 2, 3),
 def poisoned_like(q: torch.Tensor) -> torch.Tensor:
     """An output buffer full of NaN, so an element the kernel never writes fails the check."""
     return torch.full_like(q, float("nan"))
+
+
+def compiled_kernels(jit_function) -> list:
+    """The kernels a Triton or Gluon JIT function has compiled in this process, every device
+    (Triton 3.6's ``JITFunction.device_caches``); each has ``.asm["ptx"]``."""
+    return [kernel for cache, *_ in jit_function.device_caches.values()
+            for kernel in cache.values()]
+

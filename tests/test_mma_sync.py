@@ -26,7 +26,7 @@ CHILD = """
 import sys, torch
 from flashrepro.configs import P_IN_REGISTERS, default_config, launch_arch, mma_sync_arch
 from flashrepro.kernels.fwd import attn_fwd_kernel
-from tests.reference import check_parity, random_qkv
+from tests.reference import check_parity, compiled_kernels, random_qkv
 
 d, dtype, device = int(sys.argv[1]), getattr(torch, sys.argv[2]), torch.device("cuda")
 arch = launch_arch(device)
@@ -37,8 +37,7 @@ for causal in (False, True):
         for config in (None, "article", "p-in-registers"):
             q, k, v = random_qkv(2, 3, lq, lk, d, dtype, device)
             check_parity(q, k, v, causal=causal, config=config)
-ptx = [kernel.asm["ptx"] for cache, *_ in attn_fwd_kernel.device_caches.values()
-       for kernel in cache.values()]
+ptx = [kernel.asm["ptx"] for kernel in compiled_kernels(attn_fwd_kernel)]
 assert len(ptx) >= 4, f"expected the kernels of two configs x two masks, got {len(ptx)}"
 assert all("mma.sync" in p and "wgmma" not in p for p in ptx), "a kernel is not mma.sync code"
 print(f"{len(ptx)} mma.sync kernels pass")

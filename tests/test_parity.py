@@ -19,7 +19,7 @@ import torch
 import flashrepro
 from flashrepro import KernelConfig
 from tests.conftest import HAS_GPU
-from tests.reference import check_parity, random_qkv
+from tests.reference import check_parity, compiled_kernels, random_qkv
 
 # -- interpreter (CPU) matrix: small, every block shape class, ragged lengths --
 CPU_LENGTHS = [(1, 1), (17, 17), (1, 33), (33, 1), (47, 70), (70, 47), (64, 64)]
@@ -136,14 +136,10 @@ def test_gpu_overlap_runs_the_gluon_kernel(causal: bool, device: torch.device) -
     cache gains a kernel whose PTX keeps a wgmma group in flight (wait_group 1)."""
     from flashrepro.configs import launch_arch
     from flashrepro.kernels.fwd_gluon import attn_fwd_gluon_kernel
-
-    def compiled() -> list:
-        return [kernel for cache, *_ in attn_fwd_gluon_kernel.device_caches.values()
-                for kernel in cache.values()]
-    before = len(compiled())
+    before = len(compiled_kernels(attn_fwd_gluon_kernel))
     q, k, v = random_qkv(1, 2, 300, 300, 128, torch.float16, device)
     check_parity(q, k, v, causal=causal, config="fa3-overlap")
-    kernels = compiled()
+    kernels = compiled_kernels(attn_fwd_gluon_kernel)
     if launch_arch(device) != 90:
         assert not kernels, "the Gluon kernel ran off sm_90's wgmma path"
         return
