@@ -1,0 +1,126 @@
+"""First GPU run of the warp-specialized Gluon kernel (experiment 15).
+
+Run from the repository root on an H200:
+
+    PYTHONPATH=src:. python reproduce/gpu/ws_probe.py parity|timing
+
+parity: :mod:`flashrepro.kernels.fwd_gluon_ws` against the tests' float32 reference and rule
+(``tests.reference.assert_parity``) over ragged, GQA, bottom-right and bf16 cases, for every
+launch config timed below.
+timing: interleaved rounds with the project's timer, at the article problem causal and not,
+B=4 L=4096 non-causal and B=16 L=1024 D=64 non-causal: the warp-specialized configs and the
+non-specialized Gluon kernel against flashrepro's default, torch's cuDNN and flash backends.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+import traceback
+
+import torch
+from tabulate import tabulate
+
+from flashrepro.api import _heads_per_group
+from flashrepro.bench import kernels as K
+from flashrepro.bench.problem import Problem, load_article
+from flashrepro.bench.timing import interleaved_rounds
+from flashrepro.kernels import fwd_gluon, fwd_gluon_ws
+from tests.reference import assert_parity, poisoned_like, random_qkv
+
+LOG2_E = 1.4426950408889634
+WS = [(128, 128, 2, 8), (128, 128, 3, 8), (128, 64, 3, 8), (128, 64, 4, 8), (64, 128, 2, 4),
+      (64, 64, 3, 4)]
+PLAIN = [(64, 64, 3, 4), (128, 128, 3, 8)]  # fwd_gluon, not specialized
+CASES = [  # b, h, h_kv, lq, lk, d, causal, bottom_right, dtype
+    (2, 3, 3, 1024, 1024, 128, False, False, torch.float16),
+    (2, 3, 3, 1024, 1024, 128, True, False, torch.float16),
+    (2, 3, 3, 113, 203, 128, False, False, torch.float16),
+    (2, 3, 3, 113, 203, 128, True, False, torch.float16),
+    (1, 4, 2, 1000, 1025, 64, True, False, torch.float16),
+    (2, 2, 2, 203, 113, 64, False, False, torch.float16),
+    (1, 2, 2, 1, 1024, 128, True, True, torch.float16),
+    (1, 2, 2, 100, 300, 128, True, True, torch.float16),
+    (1, 2, 2, 50, 50, 128, True, False, torch.float16),
+    (2, 3, 3, 1024, 1024, 128, True, False, torch.bfloat16),
+    (1, 4, 2, 1000, 1025, 64, False, False, torch.bfloat16),
+]
+
+
+def call(module, q, k, v, causal, cfg, out=None, lse=None, bottom_right=False):
+    bm, bn, stages, warps = cfg
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    o = torch.empty_like(q) if out is None else out
+    lse = torch.empty(b, h, lq, device=q.device) if lse is None else lse
+    hpg = _heads_per_group(b * h, lk, d, q)
+    offset = lk - lq if bottom_right else 0
+
+    def run():
+        module.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
+                      causal_offset=offset, heads_per_group=hpg, store_lse=True,
+                      block_m=bm, block_n=bn, num_stages=stages, num_warps=warps)
+        return o
+    return run
+
+
+def parity() -> None:
+    rows = []
+    for cfg in WS:
+        for b, h, hkv, lq, lk, d, causal, br, dtype in CASES:
+            name = f"{b}x{h}/{hkv} {lq}x{lk} d{d} {'causal' if causal else 'full'}"
+            name += " br" * br + f" {str(dtype)[6:]}"
+            q, k, v = random_qkv(b, h, lq, lk, d, dtype, torch.device("cuda"), h_kv=hkv)
+            o, lse = poisoned_like(q), torch.full((b, h, lq), float("nan"), device="cuda")
+            try:
+                call(fwd_gluon_ws, q, k, v, causal, cfg, o, lse, br)()
+                torch.cuda.synchronize()
+                assert_parity(o, lse, q, k, v, causal=causal, bottom_right=br)
+                rows.append([str(cfg), name, "ok"])
+            except Exception as exc:  # report and go on: this is a first run
+                rows.append([str(cfg), name, f"FAIL {type(exc).__name__}: {str(exc)[:90]}"])
+                traceback.print_exc(limit=2)
+            print(rows[-1], flush=True)
+    print(tabulate(rows, ["ws config (BM, BN, stages, consumer warps)", "case", "parity"],
+                   tablefmt="github"))
+
+
+def timing(problem: Problem) -> list[list]:
+    q, k, v = problem.inputs()
+    fns = {name: K.make_call(name, (q, k, v), problem.causal)
+           for name in ("flashrepro", "torch-cudnn", "torch-flash")}
+    for cfg in PLAIN:
+        fns[f"gluon {cfg}"] = call(fwd_gluon, q, k, v, problem.causal, cfg)
+    for cfg in WS:
+        fns[f"gluon-ws {cfg}"] = call(fwd_gluon_ws, q, k, v, problem.causal, cfg)
+    per_round = interleaved_rounds(fns, rounds=30, calls_per_round=10)
+    flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
+    rows = []
+    for name, us in per_round.items():
+        vs_flash = statistics.median(a / b for a, b in zip(us, flash, strict=True))
+        vs_cudnn = statistics.median(a / b for a, b in zip(us, cudnn, strict=True))
+        rows.append([problem.key(), name, f"{statistics.median(us):.1f}",
+                     f"{problem.flops() / statistics.median(us) / 1e6:.0f}", f"{vs_flash:.3f}",
+                     f"{vs_cudnn:.3f}"])
+    return rows
+
+
+def main() -> None:
+    if sys.argv[1] == "parity":
+        parity()
+        return
+    article, _ = load_article()
+    problems = [Problem(**{**article.as_dict(), "causal": False}), article,
+                Problem(batch=4, heads=16, seqlen_q=4096, seqlen_k=4096, head_dim=128,
+                        dtype="float16", causal=False),
+                Problem(batch=16, heads=16, seqlen_q=1024, seqlen_k=1024, head_dim=64,
+                        dtype="float16", causal=False)]
+    for problem in problems:
+        rows = timing(problem)
+        print(tabulate(rows, ["problem", "kernel", "µs", "TFLOP/s", "vs torch flash",
+                              "vs cuDNN"], tablefmt="github"), flush=True)
+
+
+if __name__ == "__main__":
+    main()

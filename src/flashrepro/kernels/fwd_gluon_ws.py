@@ -1,0 +1,270 @@
+"""FlashAttention forward for Hopper (sm_90) in Gluon, warp-specialized as in FlashAttention-3.
+
+Same algorithm, semantics and softmax as :mod:`flashrepro.kernels.fwd_gluon` (its helpers are
+reused), with FA3's other two means (J. Shah et al., "FlashAttention-3", 2024, section 3.1):
+
+- Producer/consumer warp specialization. One producer warp issues every TMA load; consumer
+  warpgroups only compute. A consumer hands a K or V slot back by arriving on that slot's
+  "empty" mbarrier as soon as the wgmma that read it has finished, so the producer refills it
+  without any CTA-wide barrier (the non-specialized kernel's loads sit behind ``bar.sync``
+  across all its warps, which keeps two warpgroups in lockstep).
+- Register reallocation: the producer's warpgroup gives its registers up (``setmaxnreg``) so
+  the consumers can hold S, P and O of a 64 x BLOCK_N tile each.
+
+A program owns BLOCK_M = 64·NUM_CONSUMERS query rows; consumer warpgroup c owns rows
+[c·64, c·64 + 64) of them, with its own Q tile, running max/sum and accumulator, and both
+consumers read the same K/V slots. Under a causal mask both walk the program's key range
+(that of its last row); blocks right of a row's diagonal are masked to zero for that row.
+Each consumer keeps the intra-warpgroup overlap of :mod:`flashrepro.kernels.fwd_gluon`:
+the softmax of S_j runs while P_{j-1}·V_{j-1} is on the tensor cores.
+
+Scope as :mod:`flashrepro.kernels.fwd_gluon` (the launcher checks it).
+"""
+
+import torch
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from flashrepro.kernels.fwd import program_tile
+from flashrepro.kernels.fwd_gluon import _softmax_block
+
+CONSUMER_ROWS = gl.constexpr(64)  # query rows per consumer warpgroup: one wgmma M tile
+PRODUCER_REGS = gl.constexpr(24)  # setmaxnreg floor, as FA3's producer warpgroup
+
+
+@gluon.jit
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, off_b, off_h, off_hkv,
+              start_m, n_blocks):
+    """One warp: each consumer's Q tile, then K_j and V_j into slot j % NUM_STAGES as soon as
+    the consumers have handed that slot back."""
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0]
+    NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.expect(q_bar.index(c), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + c) * CONSUMER_ROWS, 0],
+            q_bar.index(c), q_smem.index(c))
+    for j in range(n_blocks):
+        slot = j % NUM_STAGES
+        # An mbarrier starts with its phase-1 wait already complete, so the first
+        # NUM_STAGES waits on "empty" pass at once.
+        empty_phase = ((j // NUM_STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(slot), empty_phase)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                        k_ready.index(slot), k_smem.index(slot))
+        mbarrier.wait(v_empty.index(slot), empty_phase)
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                        v_ready.index(slot), v_smem.index(slot))
+
+
+@gluon.jit
+def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, bars, stride_lb, stride_lh, off_b, off_h,
+              start_m, n_blocks, seqlen_q, seqlen_k, causal_offset, qk_scale,
+              CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr,
+              STORE_LSE: gl.constexpr):
+    """One warpgroup: 64 query rows against the program's key blocks, then their output."""
+    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+    NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[3]
+    HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
+    dtype: gl.constexpr = k_smem.dtype
+
+    # -- layouts: wgmma accumulators of one warpgroup; P feeds P·V from registers as its A
+    # operand, in the dot-operand layout of O's accumulator --
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+
+    tile = start_m * NUM_CONSUMERS + CONSUMER  # this warpgroup's 64-row query tile
+    # Blocks [0, n_full) need no mask for any of this warpgroup's rows.
+    n_full = seqlen_k // BLOCK_N
+    if CAUSAL:
+        n_full = gl.minimum(n_full, (tile * CONSUMER_ROWS + causal_offset + 1) // BLOCK_N)
+    rows = tile * CONSUMER_ROWS + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
+    cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
+    m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
+    l_i = gl.zeros([CONSUMER_ROWS], gl.float32, layout=row_layout)
+    acc = gl.zeros([CONSUMER_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+    s_zero = gl.zeros([CONSUMER_ROWS, BLOCK_N], gl.float32, layout=s_layout)
+    q_tile = q_smem.index(CONSUMER)
+    q = q_tile.reshape([CONSUMER_ROWS, HEAD_DIM])
+
+    # -- block 0: S_0 and its softmax, nothing to overlap with yet --
+    mbarrier.wait(q_bar.index(CONSUMER), 0)
+    mbarrier.wait(k_ready.index(0), 0)
+    k0 = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
+    s = warpgroup_mma_wait(0, deps=(s,))
+    mbarrier.arrive(k_empty.index(0), count=1)
+    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
+                                        causal_offset, qk_scale, CAUSAL)
+    p = gl.convert_layout(p.to(dtype), p_layout)
+
+    # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V; hand
+    # each slot back the moment the wgmma that read it has finished --
+    for j in range(1, n_blocks):
+        slot = j % NUM_STAGES
+        prev = (j - 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(slot), (j // NUM_STAGES) & 1)
+        kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
+        mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
+        v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+        acc = warpgroup_mma(p, v_prev, acc, is_async=True)
+        s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
+                                                j < n_full, seqlen_k, causal_offset,
+                                                qk_scale, CAUSAL)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+        p = gl.convert_layout(p_new.to(dtype), p_layout)
+
+    # -- the last block's P·V, then the epilogue: normalise once and store through TMA from
+    # this warpgroup's Q tile, free now that its last Q·Kᵀ has finished --
+    last = n_blocks - 1
+    mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
+    v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
+    acc = warpgroup_mma(p, v_last, acc, is_async=True)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+    q.store((acc / gl.expand_dims(l_o, 1)).to(dtype))
+    fence_async_shared()
+    # The copy engine drops rows past Lq.
+    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, tile * CONSUMER_ROWS, 0], q_tile)
+    if STORE_LSE:
+        # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
+        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+        lse_ptrs = (LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh
+                    + rows)
+        gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def attn_fwd_gluon_ws_kernel(
+    q_desc, k_desc, v_desc, o_desc, LSE,
+    stride_lb, stride_lh,
+    num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
+    qk_scale,
+    HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+    NUM_CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr,
+    STORE_LSE: gl.constexpr,
+):
+    """Grid and program order as :func:`flashrepro.kernels.fwd.attn_fwd_kernel` with
+    BLOCK_M = 64·NUM_CONSUMERS; launched with num_warps=4 (the first consumer).
+
+    q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, 64, D];
+    k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
+    """
+    dtype: gl.constexpr = q_desc.dtype
+    BLOCK_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
+    start_m, off_b, off_h, off_hkv = program_tile(num_batch, num_heads, kv_group,
+                                                  heads_per_group, seqlen_q, BLOCK_M)
+
+    # -- shared memory: a Q tile per consumer (reused for its output), K and V in NUM_STAGES
+    # slots; "ready" mbarriers complete on the TMA's bytes, "empty" ones on one arrival
+    # per consumer --
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, 1, 1, CONSUMER_ROWS, HEAD_DIM],
+                                       q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_DIM],
+                                       k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_DIM],
+                                       v_desc.layout)
+    q_bar = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for c in gl.static_range(NUM_CONSUMERS):
+        mbarrier.init(q_bar.index(c), count=1)
+    for i in gl.static_range(NUM_STAGES):
+        mbarrier.init(k_ready.index(i), count=1)
+        mbarrier.init(v_ready.index(i), count=1)
+        mbarrier.init(k_empty.index(i), count=NUM_CONSUMERS)
+        mbarrier.init(v_empty.index(i), count=NUM_CONSUMERS)
+    bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
+
+    # -- the program's key range: up to its last row's diagonal under a causal mask --
+    n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+    if CAUSAL:
+        n_blocks = gl.minimum(n_blocks,
+                              gl.cdiv(start_m * BLOCK_M + causal_offset + BLOCK_M, BLOCK_N))
+
+    producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, off_b, off_h,
+                     off_hkv, start_m, n_blocks)
+    if NUM_CONSUMERS == 2:
+        gl.warp_specialize([
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, bars, stride_lb, stride_lh, off_b,
+                         off_h, start_m, n_blocks, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                         gl.constexpr(0), NUM_CONSUMERS, CAUSAL, STORE_LSE)),
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, bars, stride_lb, stride_lh, off_b,
+                         off_h, start_m, n_blocks, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                         gl.constexpr(1), NUM_CONSUMERS, CAUSAL, STORE_LSE)),
+            (_producer, producer_args),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, bars, stride_lb, stride_lh, off_b,
+                         off_h, start_m, n_blocks, seqlen_q, seqlen_k, causal_offset, qk_scale,
+                         gl.constexpr(0), NUM_CONSUMERS, CAUSAL, STORE_LSE)),
+            (_producer, producer_args),
+        ], [1], [PRODUCER_REGS])  # the consumer, the default partition, gets the rest
+
+
+def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+           lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
+           heads_per_group: int, store_lse: bool, block_m: int, block_n: int, num_stages: int,
+           num_warps: int) -> None:
+    """Launch :func:`attn_fwd_gluon_ws_kernel`; arguments as
+    :func:`flashrepro.kernels.fwd_gluon.launch`. ``num_warps`` counts the consumer warps
+    (4 per warpgroup, ``block_m == 16 * num_warps``); one producer warp comes on top.
+    """
+    b, h, lq, d = q.shape
+    lk = k.shape[2]
+    num_consumers = num_warps // 4
+    gdtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q.dtype)]
+
+    def desc(t, rows):
+        block = [1, 1, rows, d]
+        layout = gl.NVMMASharedLayout.get_default_for(block, gdtype)
+        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+    grid = (b * h * triton.cdiv(lq, block_m),)
+    # Registers: warps run in warpgroups of 4, so the producer warp takes a warpgroup's slot
+    # and 4·(num_consumers + 1) warps share the register file at launch (``maxnreg`` each);
+    # setmaxnreg then moves the producer's share to the consumers. Two consumers: one program
+    # per SM, 240 each as in FA3. One consumer: half the register file, so two programs can
+    # share an SM (as the 64-row kernels do), 232 for the consumer.
+    if num_consumers == 2:
+        maxnreg, consumer_regs = 168, 240
+    else:
+        maxnreg, consumer_regs = 128, 232
+    attn_fwd_gluon_ws_kernel[grid](
+        desc(q, CONSUMER_ROWS.value), desc(k, block_n), desc(v, block_n),
+        desc(o, CONSUMER_ROWS.value),
+        lse, lse.stride(0), lse.stride(1),
+        b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
+        HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, NUM_CONSUMERS=num_consumers,
+        CONSUMER_REGS=consumer_regs, CAUSAL=causal, STORE_LSE=store_lse, num_warps=4,
+        maxnreg=maxnreg,
+    )
