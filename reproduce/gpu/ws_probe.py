@@ -1,12 +1,13 @@
-"""First GPU run of the warp-specialized Gluon kernel (experiment 15).
+"""GPU runs of the warp-specialized, persistent Gluon kernel (experiment 15).
 
 Run from the repository root on an H200:
 
     PYTHONPATH=src:. python reproduce/gpu/ws_probe.py parity|timing
 
 parity: :mod:`flashrepro.kernels.fwd_gluon_ws` against the tests' float32 reference and rule
-(``tests.reference.assert_parity``) over ragged, GQA, bottom-right and bf16 cases, for every
-launch config timed below.
+(``tests.reference.assert_parity``) over ragged, GQA, bottom-right and bf16 cases, for the
+launch configs timed below, with a grid of 7 programs (so every program loops over several
+tiles of these small cases) and, for one config, one program per tile.
 timing: interleaved rounds with the project's timer, at the article problem causal and not,
 B=4 L=4096 non-causal and B=16 L=1024 D=64 non-causal: the warp-specialized configs and the
 non-specialized Gluon kernel against flashrepro's default, torch's cuDNN and flash backends.
@@ -30,9 +31,12 @@ from flashrepro.kernels import fwd_gluon, fwd_gluon_ws
 from tests.reference import assert_parity, poisoned_like, random_qkv
 
 LOG2_E = 1.4426950408889634
-WS = [(128, 128, 2, 8), (128, 128, 3, 8), (128, 64, 3, 8), (128, 64, 4, 8), (64, 128, 2, 4),
-      (64, 64, 3, 4)]
-PLAIN = [(64, 64, 3, 4), (128, 128, 3, 8)]  # fwd_gluon, not specialized
+# (BM, BN, stages, consumer warps), programs ("sm": one per SM; None: one per tile)
+WS = [((128, 128, 2, 8), "sm"), ((128, 128, 2, 8), None), ((128, 64, 3, 8), "sm"),
+      ((64, 64, 3, 4), "sm"), ((64, 128, 2, 4), "sm")]
+PARITY = [((128, 128, 2, 8), 7), ((128, 128, 2, 8), None), ((128, 64, 3, 8), 7),
+          ((64, 64, 3, 4), 7), ((64, 128, 2, 4), 7)]
+PLAIN = [(64, 64, 3, 4)]  # fwd_gluon, not specialized
 CASES = [  # b, h, h_kv, lq, lk, d, causal, bottom_right, dtype
     (2, 3, 3, 1024, 1024, 128, False, False, torch.float16),
     (2, 3, 3, 1024, 1024, 128, True, False, torch.float16),
@@ -48,7 +52,8 @@ CASES = [  # b, h, h_kv, lq, lk, d, causal, bottom_right, dtype
 ]
 
 
-def call(module, q, k, v, causal, cfg, out=None, lse=None, bottom_right=False):
+def call(module, q, k, v, causal, cfg, out=None, lse=None, bottom_right=False,
+         **programs):
     bm, bn, stages, warps = cfg
     b, h, lq, d = q.shape
     lk = k.shape[2]
@@ -60,29 +65,31 @@ def call(module, q, k, v, causal, cfg, out=None, lse=None, bottom_right=False):
     def run():
         module.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
                       causal_offset=offset, heads_per_group=hpg, store_lse=True,
-                      block_m=bm, block_n=bn, num_stages=stages, num_warps=warps)
+                      block_m=bm, block_n=bn, num_stages=stages, num_warps=warps, **programs)
         return o
     return run
 
 
 def parity() -> None:
     rows = []
-    for cfg in WS:
+    for cfg, programs in PARITY:
         for b, h, hkv, lq, lk, d, causal, br, dtype in CASES:
             name = f"{b}x{h}/{hkv} {lq}x{lk} d{d} {'causal' if causal else 'full'}"
             name += " br" * br + f" {str(dtype)[6:]}"
             q, k, v = random_qkv(b, h, lq, lk, d, dtype, torch.device("cuda"), h_kv=hkv)
             o, lse = poisoned_like(q), torch.full((b, h, lq), float("nan"), device="cuda")
             try:
-                call(fwd_gluon_ws, q, k, v, causal, cfg, o, lse, br)()
+                call(fwd_gluon_ws, q, k, v, causal, cfg, o, lse, br, num_programs=programs)()
                 torch.cuda.synchronize()
                 assert_parity(o, lse, q, k, v, causal=causal, bottom_right=br)
-                rows.append([str(cfg), name, "ok"])
+                rows.append([f"{cfg} p{programs}", name, "ok"])
             except Exception as exc:  # report and go on: this is a first run
-                rows.append([str(cfg), name, f"FAIL {type(exc).__name__}: {str(exc)[:90]}"])
+                rows.append([f"{cfg} p{programs}", name,
+                             f"FAIL {type(exc).__name__}: {str(exc)[:90]}"])
                 traceback.print_exc(limit=2)
             print(rows[-1], flush=True)
-    print(tabulate(rows, ["ws config (BM, BN, stages, consumer warps)", "case", "parity"],
+    print(tabulate(rows, ["ws config (BM, BN, stages, consumer warps), programs", "case",
+                          "parity"],
                    tablefmt="github"))
 
 
@@ -92,8 +99,11 @@ def timing(problem: Problem) -> list[list]:
            for name in ("flashrepro", "torch-cudnn", "torch-flash")}
     for cfg in PLAIN:
         fns[f"gluon {cfg}"] = call(fwd_gluon, q, k, v, problem.causal, cfg)
-    for cfg in WS:
-        fns[f"gluon-ws {cfg}"] = call(fwd_gluon_ws, q, k, v, problem.causal, cfg)
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    for cfg, programs in WS:
+        fns[f"gluon-ws {cfg} p{programs}"] = call(
+            fwd_gluon_ws, q, k, v, problem.causal, cfg,
+            num_programs=sms if programs == "sm" else programs)
     per_round = interleaved_rounds(fns, rounds=30, calls_per_round=10)
     flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
     rows = []
@@ -115,7 +125,9 @@ def main() -> None:
                 Problem(batch=4, heads=16, seqlen_q=4096, seqlen_k=4096, head_dim=128,
                         dtype="float16", causal=False),
                 Problem(batch=16, heads=16, seqlen_q=1024, seqlen_k=1024, head_dim=64,
-                        dtype="float16", causal=False)]
+                        dtype="float16", causal=False),
+                Problem(batch=4, heads=16, seqlen_q=4096, seqlen_k=4096, head_dim=128,
+                        dtype="float16", causal=True)]
     for problem in problems:
         rows = timing(problem)
         print(tabulate(rows, ["problem", "kernel", "µs", "TFLOP/s", "vs torch flash",

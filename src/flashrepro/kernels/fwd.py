@@ -117,22 +117,31 @@ def _attn_stage(acc, l_i, m_i, q, K, V, kv_offs, stride_n, off_b, off_hkv,
 def program_tile(num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                  BLOCK_M: tl.constexpr):
     """This program's query block, batch, head and key/value head: (start_m, off_b, off_h,
-    off_hkv), for a 1-D grid of B·H·cdiv(Lq, BLOCK_M) programs.
+    off_hkv), for a 1-D grid of B·H·cdiv(Lq, BLOCK_M) programs (:func:`tile_coords` of the
+    program id)."""
+    return tile_coords(tl.program_id(0), num_batch, num_heads, kv_group, heads_per_group,
+                       seqlen_q, BLOCK_M)
 
-    Program order. CUDA starts programs in grid order. (Batch, head) pairs are taken in
-    groups of ``heads_per_group``, chosen by the launcher so that one group's K and V fit in
-    half of L2; inside a group the heads vary fastest and the query blocks go heaviest
-    first. Under a causal mask query block m does m + 1 key blocks of work, so every head's
-    longest blocks start in the first wave and the short ones fill the tail
-    (longest-processing-time-first), while the programs running at once share their K/V
-    in L2. Measured on the H200: reproduce/NOTES.md, experiment 4.
+
+@triton.jit
+def tile_coords(tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                BLOCK_M: tl.constexpr):
+    """Tile ``tile``'s query block, batch, head and key/value head: (start_m, off_b, off_h,
+    off_hkv), tiles numbered 0 .. B·H·cdiv(Lq, BLOCK_M) - 1.
+
+    Tile order. CUDA starts programs in grid order, and a persistent kernel takes tiles in
+    this order too. (Batch, head) pairs are taken in groups of ``heads_per_group``, chosen by
+    the launcher so that one group's K and V fit in half of L2; inside a group the heads vary
+    fastest and the query blocks go heaviest first. Under a causal mask query block m does
+    m + 1 key blocks of work, so every head's longest blocks start in the first wave and the
+    short ones fill the tail (longest-processing-time-first), while the tiles running at once
+    share their K/V in L2. Measured on the H200: reproduce/NOTES.md, experiment 4.
     """
     num_m = tl.cdiv(seqlen_q, BLOCK_M)
-    pid = tl.program_id(0)
-    group = pid // (heads_per_group * num_m)
+    group = tile // (heads_per_group * num_m)
     first_hb = group * heads_per_group
     heads_here = tl.minimum(heads_per_group, num_heads * num_batch - first_hb)
-    rank = pid - group * heads_per_group * num_m
+    rank = tile - group * heads_per_group * num_m
     start_m = num_m - 1 - rank // heads_here
     off_hb = first_hb + rank % heads_here
     off_b = off_hb // num_heads

@@ -34,7 +34,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from flashrepro.kernels.fwd import program_tile
+from flashrepro.kernels.fwd import tile_coords
 from flashrepro.kernels.fwd_gluon import _softmax_block
 
 CONSUMER_ROWS = gl.constexpr(64)  # query rows per consumer warpgroup: one wgmma M tile
@@ -42,44 +42,74 @@ PRODUCER_REGS = gl.constexpr(24)  # setmaxnreg floor, as FA3's producer warpgrou
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, off_b, off_h, off_hkv,
-              start_m, n_blocks):
-    """One warp: each consumer's Q tile, then K_j and V_j into slot j % NUM_STAGES as soon as
-    the consumers have handed that slot back."""
-    q_bar, k_ready, v_ready, k_empty, v_empty = bars
-    NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0]
-    NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
-    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    for c in gl.static_range(NUM_CONSUMERS):
-        mbarrier.expect(q_bar.index(c), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(
-            q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + c) * CONSUMER_ROWS, 0],
-            q_bar.index(c), q_smem.index(c))
-    for j in range(n_blocks):
-        slot = j % NUM_STAGES
-        # An mbarrier starts with its phase-1 wait already complete, so the first
-        # NUM_STAGES waits on "empty" pass at once.
-        empty_phase = ((j // NUM_STAGES) & 1) ^ 1
-        mbarrier.wait(k_empty.index(slot), empty_phase)
-        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
-                                        k_ready.index(slot), k_smem.index(slot))
-        mbarrier.wait(v_empty.index(slot), empty_phase)
-        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
-                                        v_ready.index(slot), v_smem.index(slot))
+def _tile_blocks(tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+                 causal_offset, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 CAUSAL: gl.constexpr):
+    """Tile ``tile``'s (start_m, off_b, off_h, off_hkv) and its number of key blocks: up to
+    its last row's diagonal under a causal mask."""
+    start_m, off_b, off_h, off_hkv = tile_coords(tile, num_batch, num_heads, kv_group,
+                                                 heads_per_group, seqlen_q, BLOCK_M)
+    n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+    if CAUSAL:
+        n_blocks = gl.minimum(n_blocks,
+                              gl.cdiv(start_m * BLOCK_M + causal_offset + BLOCK_M, BLOCK_N))
+    return start_m, off_b, off_h, off_hkv, n_blocks
 
 
 @gluon.jit
-def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, bars, stride_lb, stride_lh, off_b, off_h,
-              start_m, n_blocks, seqlen_q, seqlen_k, causal_offset, qk_scale,
-              CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr,
-              STORE_LSE: gl.constexpr):
-    """One warpgroup: 64 query rows against the program's key blocks, then their output."""
-    q_bar, k_ready, v_ready, k_empty, v_empty = bars
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, num_heads,
+              kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, num_tiles,
+              CAUSAL: gl.constexpr):
+    """One warp: for each of this program's tiles, each consumer's Q tile once that consumer
+    has finished with the last one, then K_j and V_j into the next slot as soon as the
+    consumers have handed it back. Slots and phases run on across tiles, so the next tile's
+    first blocks load while the consumers finish this one."""
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+    NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0]
+    NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
+    BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    BLOCK_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
+    it = 0  # key blocks issued so far, over all tiles
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        local = tile // gl.num_programs(0)  # this program's tiles before this one
+        start_m, off_b, off_h, off_hkv, n_blocks = _tile_blocks(
+            tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+            causal_offset, BLOCK_M, BLOCK_N, CAUSAL)
+        # An mbarrier starts with its phase-1 wait already complete, so the first wait on
+        # each "empty" barrier passes at once.
+        for c in gl.static_range(NUM_CONSUMERS):
+            mbarrier.wait(q_empty.index(c), (local & 1) ^ 1)
+            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + c) * CONSUMER_ROWS, 0],
+                q_ready.index(c), q_smem.index(c))
+        for j in range(n_blocks):
+            slot = it % NUM_STAGES
+            empty_phase = ((it // NUM_STAGES) & 1) ^ 1
+            mbarrier.wait(k_empty.index(slot), empty_phase)
+            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                            k_ready.index(slot), k_smem.index(slot))
+            mbarrier.wait(v_empty.index(slot), empty_phase)
+            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                            v_ready.index(slot), v_smem.index(slot))
+            it += 1
+
+
+@gluon.jit
+def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
+              num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+              causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
+              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
+    """One warpgroup: for each of this program's tiles, its 64 query rows against the tile's
+    key blocks, then their output (stored while the next tile runs)."""
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+    NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0]
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
     HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
+    BLOCK_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
     dtype: gl.constexpr = k_smem.dtype
 
     # -- layouts: wgmma accumulators of one warpgroup; P feeds P·V from registers as its A
@@ -92,71 +122,84 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, bars, stride_lb, stride_lh, o
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
 
-    tile = start_m * NUM_CONSUMERS + CONSUMER  # this warpgroup's 64-row query tile
-    # Blocks [0, n_full) need no mask for any of this warpgroup's rows.
-    n_full = seqlen_k // BLOCK_N
-    if CAUSAL:
-        n_full = gl.minimum(n_full, (tile * CONSUMER_ROWS + causal_offset + 1) // BLOCK_N)
-    rows = tile * CONSUMER_ROWS + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
+    q = q_smem.index(CONSUMER).reshape([CONSUMER_ROWS, HEAD_DIM])
+    o_tile = o_smem.index(CONSUMER)
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
-    m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
-    l_i = gl.zeros([CONSUMER_ROWS], gl.float32, layout=row_layout)
-    acc = gl.zeros([CONSUMER_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
     s_zero = gl.zeros([CONSUMER_ROWS, BLOCK_N], gl.float32, layout=s_layout)
-    q_tile = q_smem.index(CONSUMER)
-    q = q_tile.reshape([CONSUMER_ROWS, HEAD_DIM])
+    it = 0  # key blocks consumed so far, over all tiles
+    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
+        local = tile // gl.num_programs(0)  # this program's tiles before this one
+        start_m, off_b, off_h, _, n_blocks = _tile_blocks(
+            tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+            causal_offset, BLOCK_M, BLOCK_N, CAUSAL)
+        row0 = (start_m * NUM_CONSUMERS + CONSUMER) * CONSUMER_ROWS  # this warpgroup's rows
+        # Blocks [0, n_full) need no mask for any of this warpgroup's rows.
+        n_full = seqlen_k // BLOCK_N
+        if CAUSAL:
+            n_full = gl.minimum(n_full, (row0 + causal_offset + 1) // BLOCK_N)
+        rows = row0 + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
+        m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
+        l_i = gl.zeros([CONSUMER_ROWS], gl.float32, layout=row_layout)
+        acc = gl.zeros([CONSUMER_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
 
-    # -- block 0: S_0 and its softmax, nothing to overlap with yet --
-    mbarrier.wait(q_bar.index(CONSUMER), 0)
-    mbarrier.wait(k_ready.index(0), 0)
-    k0 = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-    s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
-    s = warpgroup_mma_wait(0, deps=(s,))
-    mbarrier.arrive(k_empty.index(0), count=1)
-    p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
-                                        causal_offset, qk_scale, CAUSAL)
-    p = gl.convert_layout(p.to(dtype), p_layout)
-
-    # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V; hand
-    # each slot back the moment the wgmma that read it has finished --
-    for j in range(1, n_blocks):
-        slot = j % NUM_STAGES
-        prev = (j - 1) % NUM_STAGES
-        mbarrier.wait(k_ready.index(slot), (j // NUM_STAGES) & 1)
-        kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
-        mbarrier.wait(v_ready.index(prev), ((j - 1) // NUM_STAGES) & 1)
-        v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
-        acc = warpgroup_mma(p, v_prev, acc, is_async=True)
-        s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
+        # -- block 0: S_0 and its softmax, nothing to overlap with yet --
+        slot = it % NUM_STAGES
+        mbarrier.wait(q_ready.index(CONSUMER), local & 1)
+        mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
+        k0 = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
+        s = warpgroup_mma_wait(0, deps=(s,))
         mbarrier.arrive(k_empty.index(slot), count=1)
-        p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
-                                                j < n_full, seqlen_k, causal_offset,
-                                                qk_scale, CAUSAL)
+        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
+                                            causal_offset, qk_scale, CAUSAL)
+        p = gl.convert_layout(p.to(dtype), p_layout)
+
+        # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V;
+        # hand each slot back the moment the wgmma that read it has finished --
+        for j in range(1, n_blocks):
+            slot = (it + j) % NUM_STAGES
+            prev = (it + j - 1) % NUM_STAGES
+            mbarrier.wait(k_ready.index(slot), ((it + j) // NUM_STAGES) & 1)
+            kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+            s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
+            mbarrier.wait(v_ready.index(prev), ((it + j - 1) // NUM_STAGES) & 1)
+            v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+            acc = warpgroup_mma(p, v_prev, acc, is_async=True)
+            s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
+                                                    j < n_full, seqlen_k, causal_offset,
+                                                    qk_scale, CAUSAL)
+            acc = warpgroup_mma_wait(0, deps=(acc,))
+            mbarrier.arrive(v_empty.index(prev), count=1)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)),
+                                       1)
+            p = gl.convert_layout(p_new.to(dtype), p_layout)
+        # Every Q·Kᵀ of this tile has finished: the producer may load the next Q.
+        mbarrier.arrive(q_empty.index(CONSUMER), count=1)
+
+        # -- the last block's P·V, then the epilogue: normalise once, store through TMA --
+        last = it + n_blocks - 1
+        mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
+        v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
+        acc = warpgroup_mma(p, v_last, acc, is_async=True)
         acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(v_empty.index(prev), count=1)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        p = gl.convert_layout(p_new.to(dtype), p_layout)
+        mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
 
-    # -- the last block's P·V, then the epilogue: normalise once and store through TMA from
-    # this warpgroup's Q tile, free now that its last Q·Kᵀ has finished --
-    last = n_blocks - 1
-    mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
-    v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
-    acc = warpgroup_mma(p, v_last, acc, is_async=True)
-    acc = warpgroup_mma_wait(0, deps=(acc,))
-
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    q.store((acc / gl.expand_dims(l_o, 1)).to(dtype))
-    fence_async_shared()
-    # The copy engine drops rows past Lq.
-    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, tile * CONSUMER_ROWS, 0], q_tile)
-    if STORE_LSE:
-        # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
-        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-        lse_ptrs = (LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh
-                    + rows)
-        gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+        o = (acc / gl.expand_dims(l_o, 1)).to(dtype)
+        tma.store_wait(pendings=0)  # the previous tile's output has left o_tile
+        o_tile.reshape([CONSUMER_ROWS, HEAD_DIM]).store(o)
+        fence_async_shared()
+        # The copy engine drops rows past Lq.
+        tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], o_tile)
+        if STORE_LSE:
+            # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
+            lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+            lse_ptrs = (LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh
+                        + rows)
+            gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+        it += n_blocks
     tma.store_wait(pendings=0)
 
 
@@ -170,63 +213,65 @@ def attn_fwd_gluon_ws_kernel(
     NUM_CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr,
     STORE_LSE: gl.constexpr,
 ):
-    """Grid and program order as :func:`flashrepro.kernels.fwd.attn_fwd_kernel` with
-    BLOCK_M = 64·NUM_CONSUMERS; launched with num_warps=4 (the first consumer).
+    """Persistent: program p takes tiles p, p + G, p + 2G, ... of
+    :func:`flashrepro.kernels.fwd.tile_coords`' order (G programs, at most one per tile),
+    with BLOCK_M = 64·NUM_CONSUMERS; launched with num_warps=4 (the first consumer).
 
     q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, 64, D];
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
     """
     dtype: gl.constexpr = q_desc.dtype
     BLOCK_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
-    start_m, off_b, off_h, off_hkv = program_tile(num_batch, num_heads, kv_group,
-                                                  heads_per_group, seqlen_q, BLOCK_M)
+    num_tiles = num_batch * num_heads * gl.cdiv(seqlen_q, BLOCK_M)
 
-    # -- shared memory: a Q tile per consumer (reused for its output), K and V in NUM_STAGES
-    # slots; "ready" mbarriers complete on the TMA's bytes, "empty" ones on one arrival
-    # per consumer --
+    # -- shared memory: a Q and an output tile per consumer, K and V in NUM_STAGES slots;
+    # "ready" mbarriers complete on the TMA's bytes, "empty" ones on one arrival per consumer
+    # (per Q tile: its consumer's) --
     q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, 1, 1, CONSUMER_ROWS, HEAD_DIM],
                                        q_desc.layout)
+    o_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, 1, 1, CONSUMER_ROWS, HEAD_DIM],
+                                       o_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_DIM],
                                        k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_DIM],
                                        v_desc.layout)
-    q_bar = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(NUM_CONSUMERS):
-        mbarrier.init(q_bar.index(c), count=1)
+        mbarrier.init(q_ready.index(c), count=1)
+        mbarrier.init(q_empty.index(c), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=NUM_CONSUMERS)
         mbarrier.init(v_empty.index(i), count=NUM_CONSUMERS)
-    bars = (q_bar, k_ready, v_ready, k_empty, v_empty)
+    bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
 
-    # -- the program's key range: up to its last row's diagonal under a causal mask --
-    n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
-    if CAUSAL:
-        n_blocks = gl.minimum(n_blocks,
-                              gl.cdiv(start_m * BLOCK_M + causal_offset + BLOCK_M, BLOCK_N))
-
-    producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, off_b, off_h,
-                     off_hkv, start_m, n_blocks)
+    producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
+                     num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
+                     num_tiles, CAUSAL)
     if NUM_CONSUMERS == 2:
         gl.warp_specialize([
-            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, bars, stride_lb, stride_lh, off_b,
-                         off_h, start_m, n_blocks, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                         gl.constexpr(0), NUM_CONSUMERS, CAUSAL, STORE_LSE)),
-            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, bars, stride_lb, stride_lh, off_b,
-                         off_h, start_m, n_blocks, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                         gl.constexpr(1), NUM_CONSUMERS, CAUSAL, STORE_LSE)),
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
+                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
+                         STORE_LSE)),
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
+                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
+                         STORE_LSE)),
             (_producer, producer_args),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
         gl.warp_specialize([
-            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, bars, stride_lb, stride_lh, off_b,
-                         off_h, start_m, n_blocks, seqlen_q, seqlen_k, causal_offset, qk_scale,
-                         gl.constexpr(0), NUM_CONSUMERS, CAUSAL, STORE_LSE)),
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
+                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
+                         STORE_LSE)),
             (_producer, producer_args),
         ], [1], [PRODUCER_REGS])  # the consumer, the default partition, gets the rest
 
@@ -234,10 +279,12 @@ def attn_fwd_gluon_ws_kernel(
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
            lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
            heads_per_group: int, store_lse: bool, block_m: int, block_n: int, num_stages: int,
-           num_warps: int) -> None:
+           num_warps: int, num_programs: int | None = None) -> None:
     """Launch :func:`attn_fwd_gluon_ws_kernel`; arguments as
     :func:`flashrepro.kernels.fwd_gluon.launch`. ``num_warps`` counts the consumer warps
     (4 per warpgroup, ``block_m == 16 * num_warps``); one producer warp comes on top.
+    ``num_programs``: the persistent grid (each program loops over tiles), at most one
+    program per tile; None: one per tile.
     """
     b, h, lq, d = q.shape
     lk = k.shape[2]
@@ -249,7 +296,8 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         layout = gl.NVMMASharedLayout.get_default_for(block, gdtype)
         return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
-    grid = (b * h * triton.cdiv(lq, block_m),)
+    tiles = b * h * triton.cdiv(lq, block_m)
+    grid = (tiles if num_programs is None else min(tiles, num_programs),)
     # Registers: warps run in warpgroups of 4, so the producer warp takes a warpgroup's slot
     # and 4·(num_consumers + 1) warps share the register file at launch (``maxnreg`` each);
     # setmaxnreg then moves the producer's share to the consumers. Two consumers: one program
