@@ -4,6 +4,8 @@ Run from the repository root on an H200:
 
     PYTHONPATH=src:. python reproduce/gpu/ws_probe.py parity|timing
 
+Ping-pong (``pp``): the two consumer warpgroups take turns issuing their GEMMs.
+
 parity: :mod:`flashrepro.kernels.fwd_gluon_ws` against the tests' float32 reference and rule
 (``tests.reference.assert_parity``) over ragged, GQA, bottom-right and bf16 cases, for the
 launch configs timed below, with a grid of 7 programs (so every program loops over several
@@ -32,10 +34,11 @@ from tests.reference import assert_parity, poisoned_like, random_qkv
 
 LOG2_E = 1.4426950408889634
 # (BM, BN, stages, consumer warps), programs ("sm": one per SM; None: one per tile)
-WS = [((128, 128, 2, 8), "sm"), ((128, 128, 2, 8), None), ((128, 64, 3, 8), "sm"),
-      ((64, 64, 3, 4), "sm"), ((64, 128, 2, 4), "sm")]
-PARITY = [((128, 128, 2, 8), 7), ((128, 128, 2, 8), None), ((128, 64, 3, 8), 7),
-          ((64, 64, 3, 4), 7), ((64, 128, 2, 4), 7)]
+# and whether the two consumers take turns issuing their GEMMs (ping-pong)
+WS = [((128, 128, 2, 8), "sm", False), ((128, 128, 2, 8), None, False),
+      ((128, 128, 2, 8), "sm", True), ((128, 128, 2, 8), None, True)]
+PARITY = [((128, 128, 2, 8), 7, True), ((128, 128, 2, 8), None, True),
+          ((128, 64, 3, 8), 7, True)]
 PLAIN = [(64, 64, 3, 4)]  # fwd_gluon, not specialized
 CASES = [  # b, h, h_kv, lq, lk, d, causal, bottom_right, dtype
     (2, 3, 3, 1024, 1024, 128, False, False, torch.float16),
@@ -72,19 +75,20 @@ def call(module, q, k, v, causal, cfg, out=None, lse=None, bottom_right=False,
 
 def parity() -> None:
     rows = []
-    for cfg, programs in PARITY:
+    for cfg, programs, pingpong in PARITY:
         for b, h, hkv, lq, lk, d, causal, br, dtype in CASES:
             name = f"{b}x{h}/{hkv} {lq}x{lk} d{d} {'causal' if causal else 'full'}"
             name += " br" * br + f" {str(dtype)[6:]}"
             q, k, v = random_qkv(b, h, lq, lk, d, dtype, torch.device("cuda"), h_kv=hkv)
             o, lse = poisoned_like(q), torch.full((b, h, lq), float("nan"), device="cuda")
             try:
-                call(fwd_gluon_ws, q, k, v, causal, cfg, o, lse, br, num_programs=programs)()
+                call(fwd_gluon_ws, q, k, v, causal, cfg, o, lse, br, num_programs=programs,
+                     pingpong=pingpong)()
                 torch.cuda.synchronize()
                 assert_parity(o, lse, q, k, v, causal=causal, bottom_right=br)
-                rows.append([f"{cfg} p{programs}", name, "ok"])
+                rows.append([f"{cfg} p{programs}" + " pp" * pingpong, name, "ok"])
             except Exception as exc:  # report and go on: this is a first run
-                rows.append([f"{cfg} p{programs}", name,
+                rows.append([f"{cfg} p{programs}" + " pp" * pingpong, name,
                              f"FAIL {type(exc).__name__}: {str(exc)[:90]}"])
                 traceback.print_exc(limit=2)
             print(rows[-1], flush=True)
@@ -100,10 +104,10 @@ def timing(problem: Problem) -> list[list]:
     for cfg in PLAIN:
         fns[f"gluon {cfg}"] = call(fwd_gluon, q, k, v, problem.causal, cfg)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    for cfg, programs in WS:
-        fns[f"gluon-ws {cfg} p{programs}"] = call(
+    for cfg, programs, pingpong in WS:
+        fns[f"gluon-ws {cfg} p{programs}" + " pp" * pingpong] = call(
             fwd_gluon_ws, q, k, v, problem.causal, cfg,
-            num_programs=sms if programs == "sm" else programs)
+            num_programs=sms if programs == "sm" else programs, pingpong=pingpong)
     per_round = interleaved_rounds(fns, rounds=30, calls_per_round=10)
     flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
     rows = []

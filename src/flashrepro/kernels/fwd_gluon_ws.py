@@ -64,7 +64,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
     has finished with the last one, then K_j and V_j into the next slot as soon as the
     consumers have handed it back. Slots and phases run on across tiles, so the next tile's
     first blocks load while the consumers finish this one."""
-    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, _ = bars
     NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0]
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
@@ -101,10 +101,10 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
 def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
               num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
               causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
-              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
+              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
     """One warpgroup: for each of this program's tiles, its 64 query rows against the tile's
     key blocks, then their output (stored while the next tile runs)."""
-    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
     NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0]
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
@@ -127,6 +127,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
     s_zero = gl.zeros([CONSUMER_ROWS, BLOCK_N], gl.float32, layout=s_layout)
     it = 0  # key blocks consumed so far, over all tiles
+    turns = 0  # ping-pong turns taken so far
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         local = tile // gl.num_programs(0)  # this program's tiles before this one
         start_m, off_b, off_h, _, n_blocks = _tile_blocks(
@@ -160,11 +161,19 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             slot = (it + j) % NUM_STAGES
             prev = (it + j - 1) % NUM_STAGES
             mbarrier.wait(k_ready.index(slot), ((it + j) // NUM_STAGES) & 1)
+            mbarrier.wait(v_ready.index(prev), ((it + j - 1) // NUM_STAGES) & 1)
+            if PINGPONG:
+                # Take turns issuing the two GEMMs, so one warpgroup's GEMMs run while the
+                # other's softmax does. Consumer 0 goes first: its first wait is on the
+                # phase an mbarrier starts with complete.
+                mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
             kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
-            mbarrier.wait(v_ready.index(prev), ((it + j - 1) // NUM_STAGES) & 1)
             v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
             acc = warpgroup_mma(p, v_prev, acc, is_async=True)
+            if PINGPONG:
+                mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+                turns += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
             mbarrier.arrive(k_empty.index(slot), count=1)
             p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
@@ -211,7 +220,7 @@ def attn_fwd_gluon_ws_kernel(
     qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     NUM_CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr,
-    STORE_LSE: gl.constexpr,
+    STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
 ):
     """Persistent: program p takes tiles p, p + G, p + 2G, ... of
     :func:`flashrepro.kernels.fwd.tile_coords`' order (G programs, at most one per tile),
@@ -241,15 +250,17 @@ def attn_fwd_gluon_ws_kernel(
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(NUM_CONSUMERS):
         mbarrier.init(q_ready.index(c), count=1)
         mbarrier.init(q_empty.index(c), count=1)
+        mbarrier.init(turn.index(c), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=NUM_CONSUMERS)
         mbarrier.init(v_empty.index(i), count=NUM_CONSUMERS)
-    bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
+    bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn)
 
     producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
                      num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
@@ -259,11 +270,11 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE)),
+                         STORE_LSE, PINGPONG)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE)),
+                         STORE_LSE, PINGPONG)),
             (_producer, producer_args),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
@@ -271,7 +282,7 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE)),
+                         STORE_LSE, PINGPONG)),
             (_producer, producer_args),
         ], [1], [PRODUCER_REGS])  # the consumer, the default partition, gets the rest
 
@@ -279,7 +290,7 @@ def attn_fwd_gluon_ws_kernel(
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
            lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
            heads_per_group: int, store_lse: bool, block_m: int, block_n: int, num_stages: int,
-           num_warps: int, num_programs: int | None = None) -> None:
+           num_warps: int, num_programs: int | None = None, pingpong: bool = False) -> None:
     """Launch :func:`attn_fwd_gluon_ws_kernel`; arguments as
     :func:`flashrepro.kernels.fwd_gluon.launch`. ``num_warps`` counts the consumer warps
     (4 per warpgroup, ``block_m == 16 * num_warps``); one producer warp comes on top.
@@ -313,6 +324,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         lse, lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
         HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, NUM_CONSUMERS=num_consumers,
-        CONSUMER_REGS=consumer_regs, CAUSAL=causal, STORE_LSE=store_lse, num_warps=4,
+        CONSUMER_REGS=consumer_regs, CAUSAL=causal, STORE_LSE=store_lse,
+        PINGPONG=pingpong and num_consumers == 2, num_warps=4,
         maxnreg=maxnreg,
     )
