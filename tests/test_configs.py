@@ -18,7 +18,8 @@ from flashrepro.configs import (
 
 LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
             KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
-            KernelConfig(128, 128, 8, 1, tma=True), KernelConfig(16, 256, 1, 8)]
+            KernelConfig(128, 128, 8, 1, tma=True), KernelConfig(16, 256, 1, 8),
+            KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True)]
 
 
 @pytest.mark.parametrize("cfg", LABELLED, ids=KernelConfig.label)
@@ -33,10 +34,15 @@ def test_parse_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("64x64", r"config must be a name in \['article', 'fa3-overlap', 'p-in-registers'\] or a "
-              "label like"),
+    ("64x64", r"config must be a name in \['article', 'fa3-overlap', 'fa3-ws', "
+              r"'p-in-registers'\] or a label like"),
     ("64x64 w4 s3 overlap", "overlap needs tma, num_stages >= 2"),
     ("64x64 w4 s1 tma overlap", "overlap needs tma, num_stages >= 2"),
+    ("128x128 w8 s2 tma ws", "warp_specialize needs overlap, block_m 128, num_warps 8"),
+    ("64x64 w4 s3 tma overlap ws", "warp_specialize needs overlap, block_m 128, num_warps 8"),
+    ("128x128 w8 s5 tma overlap ws", "warp_specialize needs .* 2..4 stages"),
+    ("128x32 w8 s2 tma overlap ws", "warp_specialize needs .* block_n 64 or 128"),
+    ("128x128 w8 s2 tma ws overlap", "config must be a name"),  # flags in label order
     ("64x64 w4 s3 fast", "config must be a name"),
     ("\u0666\u0664x64 w4 s3", "config must be a name"),  # Arabic-Indic digits: ASCII only
     ("64x48 w4 s3", r"block_n must be one of \(16, 32, 64, 128, 256\), got 48"),
@@ -49,8 +55,10 @@ def test_parse_errors_name_the_rule(text: str, message: str) -> None:
 
 def test_tune_takes_configs_and_masks() -> None:
     args = build_parser().parse_args(
-        ["tune", "--configs", "p-in-registers", "64x64 w4 s3 tma", "--masks", "full"])
+        ["tune", "--configs", "p-in-registers", "64x64 w4 s3 tma", "--masks", "full",
+         "--against-table"])
     assert args.configs == [P_IN_REGISTERS, KernelConfig(64, 64, 4, 3, tma=True)]
+    assert args.against_table
     problems = tune.problems([1024], [128], 16384, masks=(False,))
     assert [p.causal for p in problems] == [False]
     assert tune.candidates(256, args.configs) == []  # neither fits D = 256's shared memory

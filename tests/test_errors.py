@@ -194,15 +194,15 @@ def test_out_overlaps_itself(qkv) -> None:
 
 def test_config_wrong_type(qkv) -> None:
     with pytest.raises(TypeError, match=r"^config must be a KernelConfig, a name from "
-                                        r"\['article', 'fa3-overlap', 'p-in-registers'\] or "
-                                        r"None, got dict$"):
+                                        r"\['article', 'fa3-overlap', 'fa3-ws', "
+                                        r"'p-in-registers'\] or None, got dict$"):
         flashrepro.attention(*qkv, config={"block_m": 64})
 
 
 def test_config_unknown_name(qkv) -> None:
     with pytest.raises(ValueError, match=r"^config must be a KernelConfig or one of "
-                                         r"\['article', 'fa3-overlap', 'p-in-registers'\], "
-                                         r"got 'fast'$"):
+                                         r"\['article', 'fa3-overlap', 'fa3-ws', "
+                                         r"'p-in-registers'\], got 'fast'$"):
         flashrepro.attention(*qkv, config="fast")
 
 

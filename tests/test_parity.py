@@ -39,15 +39,15 @@ def test_interpreter_parity(d: int, lq: int, lk: int, causal: bool, config: Kern
     check_parity(q, k, v, causal=causal, config=config)
 
 
-@pytest.mark.parametrize(("config", "d"), [(KernelConfig(16, 16, 4, 1), 16), ("fa3-overlap", 64)],
-                         ids=["triton", "gluon"])
+@pytest.mark.parametrize(("config", "d"), [(KernelConfig(16, 16, 4, 1), 16), ("fa3-overlap", 64),
+                                           ("fa3-ws", 64)], ids=["triton", "gluon", "gluon-ws"])
 @pytest.mark.parametrize("heads_per_group", [1, 4, 6])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_head_groups(heads_per_group: int, causal: bool, config: KernelConfig | str, d: int,
                      device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every (batch, head, query block) is computed once whatever the group size, including
     a last group with fewer heads (B·H = 6 with groups of 4), and B != H; for the Triton
-    kernel and (on sm_90) the Gluon kernel, which repeats its program order."""
+    kernel and (on sm_90) the Gluon kernels, which repeat its program order."""
     monkeypatch.setattr(flashrepro.api, "_heads_per_group", lambda *args: heads_per_group)
     q, k, v = random_qkv(3, 2, 40 if d == 16 else 130, 40 if d == 16 else 130, d,
                          torch.float16, device)
@@ -70,10 +70,12 @@ GPU_LENGTHS = [(1, 1), (17, 17), (113, 113), (1000, 1000), (1023, 1023), (1024, 
 GPU_CONFIGS = {
     32: [None, "article", "p-in-registers", KernelConfig(32, 64, 4, 2),
          KernelConfig(128, 32, 4, 2)],
-    64: [None, "article", "p-in-registers", "fa3-overlap", KernelConfig(32, 64, 4, 2),
-         KernelConfig(128, 32, 4, 2), KernelConfig(128, 128, 8, 2, tma=True, overlap=True)],
-    128: [None, "article", "p-in-registers", "fa3-overlap", KernelConfig(32, 64, 4, 2),
-          KernelConfig(128, 32, 4, 2), KernelConfig(128, 128, 8, 2, tma=True, overlap=True)],
+    64: [None, "article", "p-in-registers", "fa3-overlap", "fa3-ws", KernelConfig(32, 64, 4, 2),
+         KernelConfig(128, 32, 4, 2), KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
+         KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True)],
+    128: [None, "article", "p-in-registers", "fa3-overlap", "fa3-ws", KernelConfig(32, 64, 4, 2),
+          KernelConfig(128, 32, 4, 2), KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
+          KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True)],
     256: [None, KernelConfig(64, 32, 4, 2), KernelConfig(32, 64, 4, 2),
           KernelConfig(128, 32, 8, 1), KernelConfig(64, 64, 4, 1)],
 }
@@ -147,3 +149,28 @@ def test_gpu_overlap_runs_the_gluon_kernel(causal: bool, device: torch.device) -
     assert len(kernels) >= before
     assert any("wgmma.wait_group.sync.aligned 1;" in kernel.asm["ptx"] for kernel in kernels)
 
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(1, 2, 300, 300, 128), (3, 64, 900, 1000, 64)],
+                         ids=["one-tile-per-program", "several-tiles-per-program"])
+def test_gpu_warp_specialize_runs_the_persistent_kernel(shape: tuple[int, ...], causal: bool,
+                                                        device: torch.device) -> None:
+    """config.warp_specialize launches the warp-specialized Gluon kernel on sm_90's wgmma path
+    (and only there): its JIT cache gains a kernel whose PTX reallocates registers
+    (setmaxnreg) and keeps a wgmma group in flight. The second shape has 3·64·8 = 1536 tiles,
+    so each of the H200's 132 programs runs 11 or 12 of them (ragged, causal or not)."""
+    from flashrepro.configs import launch_arch
+    from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
+    b, h, lq, lk, d = shape
+    q, k, v = random_qkv(b, h, lq, lk, d, torch.float16, device)
+    check_parity(q, k, v, causal=causal, config="fa3-ws")
+    kernels = compiled_kernels(attn_fwd_gluon_ws_kernel)
+    if launch_arch(device) != 90:
+        assert not kernels, "the warp-specialized kernel ran off sm_90's wgmma path"
+        return
+    assert kernels, "config fa3-ws did not launch the warp-specialized kernel"
+    ptx = [" ".join(kernel.asm["ptx"].split()) for kernel in kernels]  # tabs to spaces
+    assert any("setmaxnreg.dec.sync.aligned.u32 24;" in p
+               and "setmaxnreg.inc.sync.aligned.u32 240;" in p
+               and "wgmma.wait_group.sync.aligned 1;" in p for p in ptx)

@@ -20,7 +20,7 @@ import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from flashrepro.configs import ARTICLE, NAMED, KernelConfig, default_config, launch_arch
-from flashrepro.kernels import fwd_gluon
+from flashrepro.kernels import fwd_gluon, fwd_gluon_ws
 from flashrepro.kernels.article import article_fwd_kernel
 from flashrepro.kernels.fwd import attn_fwd_kernel
 
@@ -195,6 +195,13 @@ def _heads_per_group(bh: int, lk: int, d: int, q: torch.Tensor) -> int:
                 if q.device.type == "cuda" else 50 * 2**20)
     kv_bytes_per_head = 2 * max(lk, 1) * d * q.element_size()
     return max(1, min(bh, (l2_bytes // 2) // kv_bytes_per_head))
+
+
+def _num_sms(q: torch.Tensor) -> int:
+    """SMs of ``q``'s GPU: the persistent kernel's grid (one program per SM). Off a GPU (the
+    offline compile records a launch without running it) the H100/H200 figure, 132."""
+    return (torch.cuda.get_device_properties(q.device).multi_processor_count
+            if q.device.type == "cuda" else 132)
 
 
 def _overlaps_itself(t: torch.Tensor) -> bool:
@@ -447,7 +454,13 @@ def attention(
     heads_per_group = _heads_per_group(b * h, lk, d, q)
     try:
         with _on_device(q.device):
-            if use_gluon:
+            if use_gluon and cfg.warp_specialize:
+                fwd_gluon_ws.launch(
+                    q, k, v, o_kernel, lse, causal=causal, qk_scale=sm_scale * LOG2_E,
+                    causal_offset=causal_offset, heads_per_group=heads_per_group,
+                    store_lse=return_lse, block_n=cfg.block_n, num_stages=cfg.num_stages,
+                    num_programs=_num_sms(q))
+            elif use_gluon:
                 fwd_gluon.launch(q, k, v, o_kernel, lse, causal=causal,
                                  qk_scale=sm_scale * LOG2_E, causal_offset=causal_offset,
                                  heads_per_group=heads_per_group, store_lse=return_lse,

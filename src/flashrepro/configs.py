@@ -37,9 +37,14 @@ class KernelConfig:
             128, TMA-addressable inputs, no query row without keys. Needs ``tma``, at least 2
             stages, 4 or 8 warps and BLOCK_M >= 16·num_warps. Elsewhere the launch runs the
             Triton kernel with the same tiles.
+        warp_specialize: where ``overlap`` applies, run the warp-specialized, persistent Gluon
+            kernel :mod:`flashrepro.kernels.fwd_gluon_ws` instead (FlashAttention-3's producer
+            warp, register reallocation and ping-pong of two consumer warpgroups). Needs
+            ``overlap``, BLOCK_M = 128 and 8 warps (two consumer warpgroups; the producer
+            warp comes on top), BLOCK_N 64 or 128 and 2..4 stages.
 
     Raises:
-        TypeError: a size that is not an int, or ``tma``/``overlap`` that is not a bool.
+        TypeError: a size that is not an int, or a flag that is not a bool.
         ValueError: if a field breaks the rule stated above.
     """
 
@@ -49,13 +54,14 @@ class KernelConfig:
     num_stages: int
     tma: bool = False
     overlap: bool = False
+    warp_specialize: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "num_warps", "num_stages"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        for name in ("tma", "overlap"):
+        for name in ("tma", "overlap", "warp_specialize"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
@@ -71,6 +77,11 @@ class KernelConfig:
                                  and self.block_m >= 16 * self.num_warps):
             raise ValueError("overlap needs tma, num_stages >= 2, num_warps 4 or 8 and "
                              f"block_m >= 16·num_warps, got {self.label()}")
+        if self.warp_specialize and not (self.overlap and self.block_m == 128
+                                         and self.num_warps == 8 and self.block_n in (64, 128)
+                                         and 2 <= self.num_stages <= 4):
+            raise ValueError("warp_specialize needs overlap, block_m 128, num_warps 8, "
+                             f"block_n 64 or 128 and 2..4 stages, got {self.label()}")
 
     @classmethod
     def parse(cls, text: str) -> KernelConfig:
@@ -83,22 +94,23 @@ class KernelConfig:
         text = text.strip()  # names and labels alike
         if text in NAMED:
             return NAMED[text]
-        match = re.fullmatch(r"([0-9]+)x([0-9]+) w([0-9]+) s([0-9]+)( tma)?( overlap)?", text)
+        match = re.fullmatch(r"([0-9]+)x([0-9]+) w([0-9]+) s([0-9]+)( tma)?( overlap)?( ws)?",
+                             text)
         if match is None:
             raise ValueError(f"config must be a name in {sorted(NAMED)} or a label like "
                              f"'64x64 w4 s3' or '64x64 w4 s3 tma', got {text!r}")
         block_m, block_n, warps, stages = (int(g) for g in match.groups()[:4])
         return cls(block_m, block_n, warps, stages, tma=match.group(5) is not None,
-                   overlap=match.group(6) is not None)
+                   overlap=match.group(6) is not None, warp_specialize=match.group(7) is not None)
 
     def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
 
     def label(self) -> str:
         """Short text such as ``64x64 w4 s3 tma`` (BLOCK_M x BLOCK_N, warps, stages, flags:
-        ``tma``, ``overlap``)."""
+        ``tma``, ``overlap``, ``ws`` for warp_specialize)."""
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}"
-                + " tma" * self.tma + " overlap" * self.overlap)
+                + " tma" * self.tma + " overlap" * self.overlap + " ws" * self.warp_specialize)
 
 
 ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
@@ -132,8 +144,19 @@ Triton default in the same rounds; 45.6 µs non-causal (Triton 46.1, cuDNN 35.9)
 B=4, L=4096 non-causal (1137 µs against 1106) (reproduce/NOTES.md, experiment 14). The tuned
 table's choice on sm_90 for D=128 causal, L >= 1024, where it won every length by 4-7 %."""
 
+FA3_WS = KernelConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, tma=True,
+                      overlap=True, warp_specialize=True)
+"""The warp-specialized, persistent Gluon kernel at FA3's 128x128 tiles (two K/V stages: three
+do not fit 227 KiB beside the Q and output tiles).
+
+On the H200, in interleaved rounds with torch's cuDNN backend (reproduce/NOTES.md, experiment
+15): 37.4 µs at the article problem non-causal (1.04x cuDNN's time, 0.63x torch flash; the
+Triton default 46.0), 865 µs at B=4, L=4096 non-causal (1.02x cuDNN), 494 µs there causal
+(0.99x cuDNN; the Gluon default 566); slower than :data:`FA3_OVERLAP` at the article problem
+causal (31.6 against 29.0 µs)."""
+
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS,
-                                  "fa3-overlap": FA3_OVERLAP}
+                                  "fa3-overlap": FA3_OVERLAP, "fa3-ws": FA3_WS}
 
 
 MMA_V3_ARCHS = range(90, 100)

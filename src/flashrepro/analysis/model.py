@@ -223,6 +223,20 @@ def gluon_overlap_model(block_m: int, block_n: int, head_dim: int, num_warps: in
     return Prediction(total, {**total, "HGMMA": stage})
 
 
+def gluon_ws_model(block_n: int, head_dim: int) -> Prediction:
+    """Static counts of the warp-specialized Gluon kernel (kernels/fwd_gluon_ws.py): each of
+    its two consumer warpgroups is its own code, :func:`gluon_overlap_model` of a 64-row tile
+    with 4 warps; the producer warp issues no matrix instructions. FA3's tiles (128 x 128,
+    D = 128): 2 x 32 = 64 HGMMA, 2 x 16 = 32 in the loops.
+
+    Raises:
+        ValueError: see :func:`wgmma_gemm`.
+    """
+    one = gluon_overlap_model(64, block_n, head_dim, 4)
+    return Prediction({k: 2 * v for k, v in one.total.items()},
+                      {k: 2 * v for k, v in one.in_loops.items()})
+
+
 FA2_WARPS = (4, 1)
 """torch's FA2 warp grid, 4 warps over the rows of S and O: ``kernel_traits.h`` builds
 ``TiledMMA<..., Layout<Shape<Int<kNWarps>,_1,_1>>>``."""

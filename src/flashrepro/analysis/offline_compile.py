@@ -110,6 +110,10 @@ VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("fwd_gluon", "flashrepro.kernels.fwd_gluon:attn_fwd_gluon_kernel",
             "flashrepro.analysis.offline_compile:gluon_entry",
             "the Gluon kernel with FA3's overlap (kernels/fwd_gluon.py), sm_90 only"),
+    Variant("fwd_gluon_ws", "flashrepro.kernels.fwd_gluon_ws:attn_fwd_gluon_ws_kernel",
+            "flashrepro.analysis.offline_compile:gluon_entry",
+            "the warp-specialized, persistent Gluon kernel (kernels/fwd_gluon_ws.py), sm_90 "
+            "only"),
 )}
 
 
@@ -117,7 +121,8 @@ def gluon_entry(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bo
                 config: KernelConfig) -> torch.Tensor:
     """:func:`flashrepro.api.attention` as it launches on an sm_90 GPU, for
     :func:`record_launch`: its CPU path would run the Triton kernel, so the check that sends a
-    launch to the Gluon kernel (``api._overlap_ok``) is forced true while it records."""
+    launch to the Gluon kernels (``api._overlap_ok``) is forced true while it records; the
+    config picks which Gluon kernel (``warp_specialize``)."""
     from flashrepro import api
 
     check = api._overlap_ok

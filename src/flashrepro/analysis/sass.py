@@ -35,7 +35,7 @@ from flashrepro.analysis.offline_compile import TARGETS, KernelSass, KernelSpec,
 from flashrepro.analysis.rows import published_counts, torch_rows, triton_row
 from flashrepro.analysis.torch_sass import installed_library
 from flashrepro.bench.problem import Problem, load_article
-from flashrepro.configs import ARTICLE, P_IN_REGISTERS, KernelConfig, default_config
+from flashrepro.configs import ARTICLE, FA3_WS, P_IN_REGISTERS, KernelConfig, default_config
 
 SCHEMA = "flashrepro.sass/1"
 
@@ -43,8 +43,10 @@ SCHEMA = "flashrepro.sass/1"
 def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str]]:
     """(variant, config, role) of one target's compiles: ``article`` and ``fwd`` at the article
     config, ``fwd`` at the production default config (one row when the two configs agree),
-    where the default is the Gluon kernel also ``fwd_gluon`` (and ``fwd`` at its tiles), and on
-    mma.sync targets ``fwd`` at :data:`~flashrepro.configs.P_IN_REGISTERS`."""
+    where the default is the Gluon kernel also ``fwd_gluon`` (and ``fwd`` at its tiles), on
+    sm_90 ``fwd_gluon_ws`` at :data:`~flashrepro.configs.FA3_WS` (the tuned default of
+    non-causal D = 128 there), and on mma.sync targets ``fwd`` at
+    :data:`~flashrepro.configs.P_IN_REGISTERS`."""
     arch = TARGETS[target].arch
     default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                              TARGETS[target].config_arch)
@@ -64,6 +66,9 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     if gluon:
         rows.append(("fwd_gluon", dataclasses.replace(default, overlap=True),
                      "production default: Gluon kernel, FA3's softmax/wgmma overlap"))
+    if TARGETS[target].wgmma and arch == 90:
+        rows.append(("fwd_gluon_ws", FA3_WS,
+                     "warp-specialized Gluon kernel (FA3's 128x128 tiles, persistent)"))
     if not TARGETS[target].wgmma and default != P_IN_REGISTERS:
         rows.append(("fwd", P_IN_REGISTERS, "P in registers (warps over rows)"))
     return rows

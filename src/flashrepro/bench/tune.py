@@ -114,6 +114,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "'128x64 w8 s3' or '64x64 w4 s3 tma', or names ('article')")
     parser.add_argument("--masks", choices=["full", "causal"], nargs="+",
                         default=["full", "causal"], help="which problems to time")
+    parser.add_argument("--against-table", action="store_true",
+                        help="time each problem's current table entry too (a challenger run: "
+                             "--configs against the incumbents, keys missing from the table "
+                             "against --configs only)")
     parser.add_argument("--write", action="store_true", help=f"update {TUNED_TABLE}")
 
 
@@ -130,10 +134,13 @@ def run(args: argparse.Namespace) -> int:
     table = json.loads(TUNED_TABLE.read_text()) if TUNED_TABLE.exists() else {}
     masks = tuple(mask == "causal" for mask in args.masks)
     for problem in problems(args.lengths, args.head_dims, args.tokens, masks=masks):
-        cfg, rows = best_config(problem, args.rounds, args.calls, args.configs)
+        key = table_key(arch, problem.head_dim, problem.causal, length_bucket(problem.seqlen_q))
+        pool = list(args.configs)
+        if args.against_table and key in table and KernelConfig(**table[key]) not in pool:
+            pool.append(KernelConfig(**table[key]))
+        cfg, rows = best_config(problem, args.rounds, args.calls, pool)
         print(f"\n{problem.key()}: best {cfg.label()}")
         print(tabulate(rows, ["config", "µs", "note"], tablefmt="simple"))
-        key = table_key(arch, problem.head_dim, problem.causal, length_bucket(problem.seqlen_q))
         table[key] = cfg.as_dict()
     if args.write:
         TUNED_TABLE.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")

@@ -1,24 +1,31 @@
-"""FlashAttention forward for Hopper (sm_90) in Gluon, warp-specialized as in FlashAttention-3.
+"""FlashAttention forward for Hopper (sm_90) in Gluon, warp-specialized and persistent as in
+FlashAttention-3.
 
 Same algorithm, semantics and softmax as :mod:`flashrepro.kernels.fwd_gluon` (its helpers are
-reused), with FA3's other two means (J. Shah et al., "FlashAttention-3", 2024, section 3.1):
+reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, sections 3.1-3.2):
 
-- Producer/consumer warp specialization. One producer warp issues every TMA load; consumer
+- Producer/consumer warp specialization. One producer warp issues every TMA load; two consumer
   warpgroups only compute. A consumer hands a K or V slot back by arriving on that slot's
   "empty" mbarrier as soon as the wgmma that read it has finished, so the producer refills it
-  without any CTA-wide barrier (the non-specialized kernel's loads sit behind ``bar.sync``
-  across all its warps, which keeps two warpgroups in lockstep).
-- Register reallocation: the producer's warpgroup gives its registers up (``setmaxnreg``) so
-  the consumers can hold S, P and O of a 64 x BLOCK_N tile each.
+  without a CTA-wide barrier (in :mod:`~flashrepro.kernels.fwd_gluon` the loads sit behind
+  ``bar.sync`` across all warps, which keeps two warpgroups in lockstep).
+- Register reallocation: the producer's warpgroup gives its registers up (``setmaxnreg`` 24)
+  so each consumer can hold S, P and O of a 64 x BLOCK_N tile (240, FA3's split).
+- Ping-pong: the consumers take turns issuing their GEMMs (two mbarriers), so one's softmax
+  runs while the other's GEMMs use the tensor cores.
+- Persistent grid: a program loops over tiles; slot and phase counters run on across tiles, so
+  the producer loads the next tile's Q, K and V while the consumers finish this one, and a
+  tile's output leaves through its own shared-memory buffer while the next tile computes.
 
-A program owns BLOCK_M = 64·NUM_CONSUMERS query rows; consumer warpgroup c owns rows
-[c·64, c·64 + 64) of them, with its own Q tile, running max/sum and accumulator, and both
-consumers read the same K/V slots. Under a causal mask both walk the program's key range
-(that of its last row); blocks right of a row's diagonal are masked to zero for that row.
-Each consumer keeps the intra-warpgroup overlap of :mod:`flashrepro.kernels.fwd_gluon`:
-the softmax of S_j runs while P_{j-1}·V_{j-1} is on the tensor cores.
+A tile is BLOCK_M = 128 query rows; consumer warpgroup c owns rows [64·c, 64·c + 64) of it,
+with its own Q tile, running max/sum and accumulator, and both consumers read the same K/V
+slots. Under a causal mask both walk the tile's key range (that of its last row); blocks
+right of a row's diagonal are masked to zero for that row. Each consumer keeps the
+intra-warpgroup overlap of :mod:`flashrepro.kernels.fwd_gluon`: the softmax of S_j runs while
+P_{j-1}·V_{j-1} is on the tensor cores.
 
-Scope as :mod:`flashrepro.kernels.fwd_gluon` (the launcher checks it).
+Scope as :mod:`flashrepro.kernels.fwd_gluon` (the launcher checks it). Measured on the H200:
+reproduce/NOTES.md, experiment 15.
 """
 
 import torch
@@ -38,21 +45,29 @@ from flashrepro.kernels.fwd import tile_coords
 from flashrepro.kernels.fwd_gluon import _softmax_block
 
 CONSUMER_ROWS = gl.constexpr(64)  # query rows per consumer warpgroup: one wgmma M tile
+NUM_CONSUMERS = gl.constexpr(2)  # consumer warpgroups per program
+BLOCK_M = CONSUMER_ROWS.value * NUM_CONSUMERS.value  # query rows per tile
+NUM_WARPS = 4 * NUM_CONSUMERS.value  # consumer warps (the producer warp comes on top)
+# Registers per thread: 12 warps (the producer warp takes a warpgroup's slot) share the 64 Ki
+# register file at launch (MAXNREG each); setmaxnreg then moves the producer warpgroup's
+# share to the consumers: 128·(2·240 + 24) = 64512 <= 12·32·168.
+MAXNREG = 168
 PRODUCER_REGS = gl.constexpr(24)  # setmaxnreg floor, as FA3's producer warpgroup
+CONSUMER_REGS = gl.constexpr(240)  # FA3's consumer share with two consumer warpgroups
 
 
 @gluon.jit
 def _tile_blocks(tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
-                 causal_offset, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                 causal_offset, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr,
                  CAUSAL: gl.constexpr):
     """Tile ``tile``'s (start_m, off_b, off_h, off_hkv) and its number of key blocks: up to
     its last row's diagonal under a causal mask."""
     start_m, off_b, off_h, off_hkv = tile_coords(tile, num_batch, num_heads, kv_group,
-                                                 heads_per_group, seqlen_q, BLOCK_M)
+                                                 heads_per_group, seqlen_q, TILE_M)
     n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
     if CAUSAL:
         n_blocks = gl.minimum(n_blocks,
-                              gl.cdiv(start_m * BLOCK_M + causal_offset + BLOCK_M, BLOCK_N))
+                              gl.cdiv(start_m * TILE_M + causal_offset + TILE_M, BLOCK_N))
     return start_m, off_b, off_h, off_hkv, n_blocks
 
 
@@ -65,16 +80,15 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
     consumers have handed it back. Slots and phases run on across tiles, so the next tile's
     first blocks load while the consumers finish this one."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, _ = bars
-    NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0]
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
-    BLOCK_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
+    TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
     it = 0  # key blocks issued so far, over all tiles
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         local = tile // gl.num_programs(0)  # this program's tiles before this one
         start_m, off_b, off_h, off_hkv, n_blocks = _tile_blocks(
             tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
-            causal_offset, BLOCK_M, BLOCK_N, CAUSAL)
+            causal_offset, TILE_M, BLOCK_N, CAUSAL)
         # An mbarrier starts with its phase-1 wait already complete, so the first wait on
         # each "empty" barrier passes at once.
         for c in gl.static_range(NUM_CONSUMERS):
@@ -101,15 +115,14 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
 def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
               num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
               causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
-              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr):
+              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
     """One warpgroup: for each of this program's tiles, its 64 query rows against the tile's
     key blocks, then their output (stored while the next tile runs)."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
-    NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0]
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
     HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
-    BLOCK_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
+    TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
     dtype: gl.constexpr = k_smem.dtype
 
     # -- layouts: wgmma accumulators of one warpgroup; P feeds P·V from registers as its A
@@ -127,12 +140,12 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
     s_zero = gl.zeros([CONSUMER_ROWS, BLOCK_N], gl.float32, layout=s_layout)
     it = 0  # key blocks consumed so far, over all tiles
-    turns = 0  # ping-pong turns taken so far
+    turns = 0  # ping-pong turns taken so far, over all tiles
     for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
         local = tile // gl.num_programs(0)  # this program's tiles before this one
         start_m, off_b, off_h, _, n_blocks = _tile_blocks(
             tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
-            causal_offset, BLOCK_M, BLOCK_N, CAUSAL)
+            causal_offset, TILE_M, BLOCK_N, CAUSAL)
         row0 = (start_m * NUM_CONSUMERS + CONSUMER) * CONSUMER_ROWS  # this warpgroup's rows
         # Blocks [0, n_full) need no mask for any of this warpgroup's rows.
         n_full = seqlen_k // BLOCK_N
@@ -162,18 +175,16 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             prev = (it + j - 1) % NUM_STAGES
             mbarrier.wait(k_ready.index(slot), ((it + j) // NUM_STAGES) & 1)
             mbarrier.wait(v_ready.index(prev), ((it + j - 1) // NUM_STAGES) & 1)
-            if PINGPONG:
-                # Take turns issuing the two GEMMs, so one warpgroup's GEMMs run while the
-                # other's softmax does. Consumer 0 goes first: its first wait is on the
-                # phase an mbarrier starts with complete.
-                mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
+            # Ping-pong: the consumers take turns issuing their two GEMMs, so one's GEMMs
+            # run while the other's softmax does. Consumer 0 goes first: its first wait is on
+            # the phase an mbarrier starts with complete.
+            mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
             kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
             v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
             acc = warpgroup_mma(p, v_prev, acc, is_async=True)
-            if PINGPONG:
-                mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-                turns += 1
+            mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+            turns += 1
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
             mbarrier.arrive(k_empty.index(slot), count=1)
             p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
@@ -219,23 +230,22 @@ def attn_fwd_gluon_ws_kernel(
     num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
     qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-    NUM_CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr, CAUSAL: gl.constexpr,
-    STORE_LSE: gl.constexpr, PINGPONG: gl.constexpr,
+    CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr,
 ):
     """Persistent: program p takes tiles p, p + G, p + 2G, ... of
-    :func:`flashrepro.kernels.fwd.tile_coords`' order (G programs, at most one per tile),
-    with BLOCK_M = 64·NUM_CONSUMERS; launched with num_warps=4 (the first consumer).
+    :func:`flashrepro.kernels.fwd.tile_coords`' order (G programs, at most one per tile) of
+    128 query rows; launched with num_warps=4 (the first consumer, the default partition).
 
     q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, 64, D];
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
     """
     dtype: gl.constexpr = q_desc.dtype
-    BLOCK_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
-    num_tiles = num_batch * num_heads * gl.cdiv(seqlen_q, BLOCK_M)
+    TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
+    num_tiles = num_batch * num_heads * gl.cdiv(seqlen_q, TILE_M)
 
     # -- shared memory: a Q and an output tile per consumer, K and V in NUM_STAGES slots;
     # "ready" mbarriers complete on the TMA's bytes, "empty" ones on one arrival per consumer
-    # (per Q tile: its consumer's) --
+    # (per Q tile: its consumer's); "turn" c completes when consumer c may issue GEMMs --
     q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, 1, 1, CONSUMER_ROWS, HEAD_DIM],
                                        q_desc.layout)
     o_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, 1, 1, CONSUMER_ROWS, HEAD_DIM],
@@ -265,41 +275,33 @@ def attn_fwd_gluon_ws_kernel(
     producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
                      num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
                      num_tiles, CAUSAL)
-    if NUM_CONSUMERS == 2:
-        gl.warp_specialize([
-            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
-                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
-                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, PINGPONG)),
-            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
-                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
-                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, PINGPONG)),
-            (_producer, producer_args),
-        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
-    else:
-        gl.warp_specialize([
-            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
-                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
-                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, PINGPONG)),
-            (_producer, producer_args),
-        ], [1], [PRODUCER_REGS])  # the consumer, the default partition, gets the rest
+    gl.warp_specialize([
+        (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
+                     num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+                     causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL, STORE_LSE)),
+        (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
+                     num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+                     causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL, STORE_LSE)),
+        (_producer, producer_args),
+    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
 
 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
            lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
-           heads_per_group: int, store_lse: bool, block_m: int, block_n: int, num_stages: int,
-           num_warps: int, num_programs: int | None = None, pingpong: bool = False) -> None:
-    """Launch :func:`attn_fwd_gluon_ws_kernel`; arguments as
-    :func:`flashrepro.kernels.fwd_gluon.launch`. ``num_warps`` counts the consumer warps
-    (4 per warpgroup, ``block_m == 16 * num_warps``); one producer warp comes on top.
-    ``num_programs``: the persistent grid (each program loops over tiles), at most one
-    program per tile; None: one per tile.
+           heads_per_group: int, store_lse: bool, block_n: int, num_stages: int,
+           num_programs: int | None) -> None:
+    """Launch :func:`attn_fwd_gluon_ws_kernel` (tiles of :data:`BLOCK_M` rows, :data:`NUM_WARPS`
+    consumer warps and one producer warp).
+
+    Args:
+        q, k, v, o, lse, causal, qk_scale, causal_offset, heads_per_group, store_lse: as
+            :func:`flashrepro.kernels.fwd_gluon.launch`.
+        block_n, num_stages: the K/V tile and slot count (``KernelConfig`` fields).
+        num_programs: the persistent grid, at most one program per tile (the launcher passes
+            the SM count: the kernel's registers allow one program per SM); None: one per tile.
     """
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    num_consumers = num_warps // 4
     gdtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q.dtype)]
 
     def desc(t, rows):
@@ -307,24 +309,13 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         layout = gl.NVMMASharedLayout.get_default_for(block, gdtype)
         return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
-    tiles = b * h * triton.cdiv(lq, block_m)
+    tiles = b * h * triton.cdiv(lq, BLOCK_M)
     grid = (tiles if num_programs is None else min(tiles, num_programs),)
-    # Registers: warps run in warpgroups of 4, so the producer warp takes a warpgroup's slot
-    # and 4·(num_consumers + 1) warps share the register file at launch (``maxnreg`` each);
-    # setmaxnreg then moves the producer's share to the consumers. Two consumers: one program
-    # per SM, 240 each as in FA3. One consumer: half the register file, so two programs can
-    # share an SM (as the 64-row kernels do), 232 for the consumer.
-    if num_consumers == 2:
-        maxnreg, consumer_regs = 168, 240
-    else:
-        maxnreg, consumer_regs = 128, 232
     attn_fwd_gluon_ws_kernel[grid](
         desc(q, CONSUMER_ROWS.value), desc(k, block_n), desc(v, block_n),
         desc(o, CONSUMER_ROWS.value),
         lse, lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
-        HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, NUM_CONSUMERS=num_consumers,
-        CONSUMER_REGS=consumer_regs, CAUSAL=causal, STORE_LSE=store_lse,
-        PINGPONG=pingpong and num_consumers == 2, num_warps=4,
-        maxnreg=maxnreg,
+        HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
+        STORE_LSE=store_lse, num_warps=4, maxnreg=MAXNREG,
     )
