@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from flashrepro.analysis import golden, sass
+from flashrepro.analysis import golden, model, sass
 from flashrepro.analysis.disasm import Resources, SassCounts, count_sass, loop_ranges
 from flashrepro.analysis.offline_compile import (
     VARIANTS,
     KernelSass,
     KernelSpec,
+    kernel_sass,
     mma_layouts,
     operand_loads,
     record_launch,
@@ -27,7 +28,7 @@ from flashrepro.analysis.rows import published_counts, torch_rows
 from flashrepro.analysis.torch_sass import ARTICLE_INSTANCE, installed_library, torch_flash_sass
 from flashrepro.api import interpreter_mode
 from flashrepro.bench.problem import load_article
-from flashrepro.configs import ARTICLE, KernelConfig
+from flashrepro.configs import ARTICLE, NAMED, KernelConfig
 from tests.sass_cache import full_report
 
 PROBLEM, PUBLISHED = load_article()
@@ -154,20 +155,30 @@ def test_p_in_registers_gives_torchs_profile_in_the_loops() -> None:
         assert (loops["HMMA"], loops["LDSM"], loops["LDSM.MT"]) == (256, 80, 64), target
 
 
-def test_gluon_row_is_counted_and_modelled() -> None:
-    """Where the default is the Gluon kernel (sm_90, D=128 causal at the article problem), the
-    table counts it, next to the Triton kernel at the same tiles: the model's 2 x (S + P·V)
-    HGMMAs, one (S + P·V) in its single loop, no LDSM (P in registers, Q/K/V by TMA). (That
-    the loop keeps one wgmma group in flight is checked on the GPU, in the PTX:
-    tests/test_parity.py::test_gpu_overlap_runs_the_gluon_kernel.)"""
+def test_gluon_rows_are_counted_and_modelled() -> None:
+    """sm_90's table counts the warp-specialized Gluon kernel (here the default, D=128 causal
+    at the article problem), next to the Triton kernel at the same tiles: the model's two
+    consumers x 2 x (S + P·V) HGMMAs, all in loops (the kernel loops over tiles), no LDSM (P in
+    registers, Q/K/V by TMA). The non-specialized Gluon kernel (fa3-overlap) compiled apart
+    matches its model too: 24 HGMMA, 12 in its single loop. (That the loops keep one wgmma
+    group in flight, and the register reallocation, are checked on the GPU, in the PTX:
+    tests/test_parity.py::test_gpu_overlap_runs_the_gluon_kernel and
+    ::test_gpu_warp_specialize_runs_the_persistent_kernel.)"""
     block = full_report()["targets"]["sm_90"]
-    gluon = next(r for r in block["rows"] if r["variant"] == "fwd_gluon")
-    assert gluon["config"]["overlap"] and gluon["model"]["status"] == "match"
-    classes, loops = gluon["counts"]["classes"], gluon["counts"]["loop_classes"]
-    assert (classes["HGMMA"], loops["HGMMA"], classes["LDSM"], classes["HMMA"]) == (24, 12, 0, 0)
-    tiles = {k: v for k, v in gluon["config"].items() if k != "overlap"}
+    ws = next(r for r in block["rows"] if r["variant"] == "fwd_gluon_ws")
+    assert ws["config"]["warp_specialize"] and ws["model"]["status"] == "match"
+    classes, loops = ws["counts"]["classes"], ws["counts"]["loop_classes"]
+    assert (classes["HGMMA"], loops["HGMMA"], classes["LDSM"], classes["HMMA"]) == (64, 64, 0, 0)
+    tiles = {k: v for k, v in ws["config"].items() if k not in ("overlap", "warp_specialize")}
     assert any(r["variant"] == "fwd" and {k: v for k, v in r["config"].items()
-                                         if k != "overlap"} == tiles for r in block["rows"])
+                                         if k not in ("overlap", "warp_specialize")} == tiles
+               for r in block["rows"])
+    [gluon] = kernel_sass([KernelSpec("fwd_gluon", NAMED["fa3-overlap"], "sm_90",
+                                      load_article()[0])], workers=1)
+    prediction = model.gluon_overlap_model(64, 64, 128, 4)
+    assert (gluon.counts.classes["HGMMA"], gluon.counts.loop_classes["HGMMA"]) == (24, 12)
+    assert (prediction.total["HGMMA"], prediction.in_loops["HGMMA"]) == (24, 12)
+    assert gluon.counts.classes["LDSM"] == 0
 
 
 @pytest.mark.parametrize("changed", [KernelConfig(64, 32, 4, 3), KernelConfig(64, 64, 8, 3)],

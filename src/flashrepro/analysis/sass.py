@@ -43,32 +43,36 @@ SCHEMA = "flashrepro.sass/1"
 def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str]]:
     """(variant, config, role) of one target's compiles: ``article`` and ``fwd`` at the article
     config, ``fwd`` at the production default config (one row when the two configs agree),
-    where the default is the Gluon kernel also ``fwd_gluon`` (and ``fwd`` at its tiles), on
-    sm_90 ``fwd_gluon_ws`` at :data:`~flashrepro.configs.FA3_WS` (the tuned default of
-    non-causal D = 128 there), and on mma.sync targets ``fwd`` at
+    where the default is a Gluon kernel also ``fwd_gluon`` or ``fwd_gluon_ws`` (and ``fwd`` at
+    its tiles), on sm_90 ``fwd_gluon_ws`` always (at :data:`~flashrepro.configs.FA3_WS` where it
+    is not the default), and on mma.sync targets ``fwd`` at
     :data:`~flashrepro.configs.P_IN_REGISTERS`."""
     arch = TARGETS[target].arch
     default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                              TARGETS[target].config_arch)
     if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90
         default = dataclasses.replace(default, tma=False)
-    gluon = default.overlap  # count the Gluon kernel and the Triton kernel at the same tiles
-    default = dataclasses.replace(default, overlap=False)
+    gluon = default  # where it is a Gluon kernel, also count the Triton kernel at its tiles
+    default = dataclasses.replace(default, overlap=False, warp_specialize=False)
     rows = [("article", ARTICLE, "article config")]
     if default == ARTICLE:
         rows.append(("fwd", ARTICLE, "article config = production default"))
     else:
         role = ("production default: P in registers (warps over rows)"
                 if default == P_IN_REGISTERS else "production default")
-        if gluon:
+        if gluon.overlap:
             role = "Triton kernel at the production default's tiles"
         rows += [("fwd", ARTICLE, "article config"), ("fwd", default, role)]
-    if gluon:
-        rows.append(("fwd_gluon", dataclasses.replace(default, overlap=True),
+    if gluon.overlap and not gluon.warp_specialize:
+        rows.append(("fwd_gluon", gluon,
                      "production default: Gluon kernel, FA3's softmax/wgmma overlap"))
     if TARGETS[target].wgmma and arch == 90:
-        rows.append(("fwd_gluon_ws", FA3_WS,
-                     "warp-specialized Gluon kernel (FA3's 128x128 tiles, persistent)"))
+        if gluon.warp_specialize:
+            rows.append(("fwd_gluon_ws", gluon, "production default: warp-specialized Gluon "
+                                                "kernel (FA3's producer, ping-pong, persistent)"))
+        else:
+            rows.append(("fwd_gluon_ws", FA3_WS, "warp-specialized Gluon kernel (FA3's "
+                                                 "128x128 tiles, persistent)"))
     if not TARGETS[target].wgmma and default != P_IN_REGISTERS:
         rows.append(("fwd", P_IN_REGISTERS, "P in registers (warps over rows)"))
     return rows
