@@ -198,6 +198,15 @@ def attn_fwd_gluon_kernel(
     tma.store_wait(pendings=0)
 
 
+def tma_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
+    """A Gluon TMA descriptor over ``t`` (B, H, L, D) fp16/bf16 with block [1, 1, rows, D]
+    in the default NVMMA shared layout (the wgmma operand swizzle)."""
+    dtype = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}[t.dtype]
+    block = [1, 1, rows, t.shape[3]]
+    layout = gl.NVMMASharedLayout.get_default_for(block, dtype)
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
+
+
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
            lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
            heads_per_group: int, store_lse: bool, block_m: int, block_n: int, num_stages: int,
@@ -216,16 +225,10 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     """
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    gdtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q.dtype)]
-
-    def desc(t, rows):
-        block = [1, 1, rows, d]
-        layout = gl.NVMMASharedLayout.get_default_for(block, gdtype)
-        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
     grid = (b * h * triton.cdiv(lq, block_m),)
     attn_fwd_gluon_kernel[grid](
-        desc(q, block_m), desc(k, block_n), desc(v, block_n), desc(o, block_m), lse,
+        tma_descriptor(q, block_m), tma_descriptor(k, block_n), tma_descriptor(v, block_n),
+        tma_descriptor(o, block_m), lse,
         lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
         HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,

@@ -39,10 +39,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
-from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from flashrepro.kernels.fwd import tile_coords
-from flashrepro.kernels.fwd_gluon import _softmax_block
+from flashrepro.kernels.fwd_gluon import _softmax_block, tma_descriptor
 
 CONSUMER_ROWS = gl.constexpr(64)  # query rows per consumer warpgroup: one wgmma M tile
 NUM_CONSUMERS = gl.constexpr(2)  # consumer warpgroups per program
@@ -302,18 +301,11 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     """
     b, h, lq, d = q.shape
     lk = k.shape[2]
-    gdtype = {"torch.float16": gl.float16, "torch.bfloat16": gl.bfloat16}[str(q.dtype)]
-
-    def desc(t, rows):
-        block = [1, 1, rows, d]
-        layout = gl.NVMMASharedLayout.get_default_for(block, gdtype)
-        return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
-
     tiles = b * h * triton.cdiv(lq, BLOCK_M)
     grid = (tiles if num_programs is None else min(tiles, num_programs),)
     attn_fwd_gluon_ws_kernel[grid](
-        desc(q, CONSUMER_ROWS.value), desc(k, block_n), desc(v, block_n),
-        desc(o, CONSUMER_ROWS.value),
+        tma_descriptor(q, CONSUMER_ROWS.value), tma_descriptor(k, block_n),
+        tma_descriptor(v, block_n), tma_descriptor(o, CONSUMER_ROWS.value),
         lse, lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
         HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
