@@ -131,23 +131,33 @@ def test_gpu_tuned_table_parity(key: str, cfg: KernelConfig, dtype: torch.dtype,
     check_parity(q, k, v, causal=mask == "causal", config=cfg)
 
 
+def _gluon_ptx(jit_function, config: str, device: torch.device) -> list[str] | None:
+    """The PTX (whitespace runs as one space) of the kernels ``jit_function`` compiled, after
+    a launch with ``config``: on sm_90's wgmma path it must have compiled some; elsewhere none
+    (None is returned)."""
+    from flashrepro.configs import launch_arch
+    kernels = compiled_kernels(jit_function)
+    if launch_arch(device) != 90:
+        assert not kernels, f"config {config} ran {jit_function.__name__} off sm_90's wgmma path"
+        return None
+    assert kernels, f"config {config} did not launch {jit_function.__name__}"
+    return [" ".join(kernel.asm["ptx"].split()) for kernel in kernels]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_overlap_runs_the_gluon_kernel(causal: bool, device: torch.device) -> None:
     """config.overlap launches the Gluon kernel on sm_90's wgmma path (and only there): its JIT
     cache gains a kernel whose PTX keeps a wgmma group in flight (wait_group 1)."""
-    from flashrepro.configs import launch_arch
     from flashrepro.kernels.fwd_gluon import attn_fwd_gluon_kernel
     before = len(compiled_kernels(attn_fwd_gluon_kernel))
     q, k, v = random_qkv(1, 2, 300, 300, 128, torch.float16, device)
     check_parity(q, k, v, causal=causal, config="fa3-overlap")
-    kernels = compiled_kernels(attn_fwd_gluon_kernel)
-    if launch_arch(device) != 90:
-        assert not kernels, "the Gluon kernel ran off sm_90's wgmma path"
+    ptx = _gluon_ptx(attn_fwd_gluon_kernel, "fa3-overlap", device)
+    if ptx is None:
         return
-    assert kernels, "config fa3-overlap did not launch the Gluon kernel"
-    assert len(kernels) >= before
-    assert any("wgmma.wait_group.sync.aligned 1;" in kernel.asm["ptx"] for kernel in kernels)
+    assert len(ptx) >= before
+    assert any("wgmma.wait_group.sync.aligned 1;" in p for p in ptx)
 
 
 @pytest.mark.gpu
@@ -160,17 +170,13 @@ def test_gpu_warp_specialize_runs_the_persistent_kernel(shape: tuple[int, ...], 
     (and only there): its JIT cache gains a kernel whose PTX reallocates registers
     (setmaxnreg) and keeps a wgmma group in flight. The second shape has 3·64·8 = 1536 tiles,
     so each of the H200's 132 programs runs 11 or 12 of them (ragged, causal or not)."""
-    from flashrepro.configs import launch_arch
     from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
     b, h, lq, lk, d = shape
     q, k, v = random_qkv(b, h, lq, lk, d, torch.float16, device)
     check_parity(q, k, v, causal=causal, config="fa3-ws")
-    kernels = compiled_kernels(attn_fwd_gluon_ws_kernel)
-    if launch_arch(device) != 90:
-        assert not kernels, "the warp-specialized kernel ran off sm_90's wgmma path"
+    ptx = _gluon_ptx(attn_fwd_gluon_ws_kernel, "fa3-ws", device)
+    if ptx is None:
         return
-    assert kernels, "config fa3-ws did not launch the warp-specialized kernel"
-    ptx = [" ".join(kernel.asm["ptx"].split()) for kernel in kernels]  # tabs to spaces
     assert any("setmaxnreg.dec.sync.aligned.u32 24;" in p
                and "setmaxnreg.inc.sync.aligned.u32 240;" in p
                and "wgmma.wait_group.sync.aligned 1;" in p for p in ptx)
