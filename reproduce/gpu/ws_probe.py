@@ -4,15 +4,20 @@ Run from the repository root on an H200:
 
     PYTHONPATH=src:. python reproduce/gpu/ws_probe.py parity|timing
 
-Ping-pong (``pp``): the two consumer warpgroups take turns issuing their GEMMs.
-
 parity: :mod:`flashrepro.kernels.fwd_gluon_ws` against the tests' float32 reference and rule
-(``tests.reference.assert_parity``) over ragged, GQA, bottom-right and bf16 cases, for the
-launch configs timed below, with a grid of 7 programs (so every program loops over several
-tiles of these small cases) and, for one config, one program per tile.
+(``tests.reference.assert_parity``) over the cases of ``gluon_probe.py`` (ragged, GQA,
+bottom-right, bf16) plus a causal tile smaller than one consumer's rows, with a grid of 7
+programs (so every program loops over several tiles of these small cases) and, for one
+config, one program per tile.
 timing: interleaved rounds with the project's timer, at the article problem causal and not,
-B=4 L=4096 non-causal and B=16 L=1024 D=64 non-causal: the warp-specialized configs and the
-non-specialized Gluon kernel against flashrepro's default, torch's cuDNN and flash backends.
+B=4 L=4096 causal and not, and B=16 L=1024 D=64 non-causal: the kernel (persistent and one
+program per tile) and the non-specialized Gluon kernel against flashrepro's default, torch's
+cuDNN and flash backends.
+
+The session-7 runs of this probe (``reproduce/results/nvidia-h200/session7/ws-*``) timed
+earlier states of the kernel: one program per tile and one or two consumer warpgroups at
+54d7a4f, persistent at 8fae499, ping-pong optional at 0728639. Ping-pong is always on since,
+and only two consumers are kept; this script runs the kernel as it is now.
 """
 
 from __future__ import annotations
@@ -29,35 +34,19 @@ from flashrepro.api import _heads_per_group
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds
-from flashrepro.kernels import fwd_gluon, fwd_gluon_ws
+from flashrepro.kernels import fwd_gluon_ws
+from reproduce.gpu.gluon_probe import CASES, LOG2_E, gluon_call
 from tests.reference import assert_parity, poisoned_like, random_qkv
 
-LOG2_E = 1.4426950408889634
-# (BM, BN, stages, consumer warps), programs ("sm": one per SM; None: one per tile)
-# and whether the two consumers take turns issuing their GEMMs (ping-pong)
-WS = [((128, 128, 2, 8), "sm", False), ((128, 128, 2, 8), None, False),
-      ((128, 128, 2, 8), "sm", True), ((128, 128, 2, 8), None, True)]
-PARITY = [((128, 128, 2, 8), 7, True), ((128, 128, 2, 8), None, True),
-          ((128, 64, 3, 8), 7, True)]
-PLAIN = [(64, 64, 3, 4)]  # fwd_gluon, not specialized
-CASES = [  # b, h, h_kv, lq, lk, d, causal, bottom_right, dtype
-    (2, 3, 3, 1024, 1024, 128, False, False, torch.float16),
-    (2, 3, 3, 1024, 1024, 128, True, False, torch.float16),
-    (2, 3, 3, 113, 203, 128, False, False, torch.float16),
-    (2, 3, 3, 113, 203, 128, True, False, torch.float16),
-    (1, 4, 2, 1000, 1025, 64, True, False, torch.float16),
-    (2, 2, 2, 203, 113, 64, False, False, torch.float16),
-    (1, 2, 2, 1, 1024, 128, True, True, torch.float16),
-    (1, 2, 2, 100, 300, 128, True, True, torch.float16),
-    (1, 2, 2, 50, 50, 128, True, False, torch.float16),
-    (2, 3, 3, 1024, 1024, 128, True, False, torch.bfloat16),
-    (1, 4, 2, 1000, 1025, 64, False, False, torch.bfloat16),
-]
+# (BLOCK_N, stages), programs ("sm": one per SM; None: one per tile)
+TIMED = [((128, 2), "sm"), ((128, 2), None)]
+PARITY = [((128, 2), 7), ((128, 2), None), ((64, 3), 7)]
+PLAIN = [(64, 64, 3, 4)]  # fwd_gluon, not specialized (gluon_probe's configs)
+WS_CASES = [*CASES, (1, 2, 2, 50, 50, 128, True, False, torch.float16)]
 
 
-def call(module, q, k, v, causal, cfg, out=None, lse=None, bottom_right=False,
-         **programs):
-    bm, bn, stages, warps = cfg
+def ws_call(q, k, v, causal, cfg, num_programs, out=None, lse=None, bottom_right=False):
+    block_n, stages = cfg
     b, h, lq, d = q.shape
     lk = k.shape[2]
     o = torch.empty_like(q) if out is None else out
@@ -66,34 +55,32 @@ def call(module, q, k, v, causal, cfg, out=None, lse=None, bottom_right=False,
     offset = lk - lq if bottom_right else 0
 
     def run():
-        module.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
-                      causal_offset=offset, heads_per_group=hpg, store_lse=True,
-                      block_m=bm, block_n=bn, num_stages=stages, num_warps=warps, **programs)
+        fwd_gluon_ws.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
+                            causal_offset=offset, heads_per_group=hpg, store_lse=True,
+                            block_n=block_n, num_stages=stages, num_programs=num_programs)
         return o
     return run
 
 
 def parity() -> None:
     rows = []
-    for cfg, programs, pingpong in PARITY:
-        for b, h, hkv, lq, lk, d, causal, br, dtype in CASES:
+    for cfg, programs in PARITY:
+        for b, h, hkv, lq, lk, d, causal, br, dtype in WS_CASES:
             name = f"{b}x{h}/{hkv} {lq}x{lk} d{d} {'causal' if causal else 'full'}"
             name += " br" * br + f" {str(dtype)[6:]}"
             q, k, v = random_qkv(b, h, lq, lk, d, dtype, torch.device("cuda"), h_kv=hkv)
             o, lse = poisoned_like(q), torch.full((b, h, lq), float("nan"), device="cuda")
             try:
-                call(fwd_gluon_ws, q, k, v, causal, cfg, o, lse, br, num_programs=programs,
-                     pingpong=pingpong)()
+                ws_call(q, k, v, causal, cfg, programs, o, lse, br)()
                 torch.cuda.synchronize()
                 assert_parity(o, lse, q, k, v, causal=causal, bottom_right=br)
-                rows.append([f"{cfg} p{programs}" + " pp" * pingpong, name, "ok"])
-            except Exception as exc:  # report and go on: this is a first run
-                rows.append([f"{cfg} p{programs}" + " pp" * pingpong, name,
+                rows.append([f"{cfg} p{programs}", name, "ok"])
+            except Exception as exc:  # report and go on: a probe
+                rows.append([f"{cfg} p{programs}", name,
                              f"FAIL {type(exc).__name__}: {str(exc)[:90]}"])
                 traceback.print_exc(limit=2)
             print(rows[-1], flush=True)
-    print(tabulate(rows, ["ws config (BM, BN, stages, consumer warps), programs", "case",
-                          "parity"],
+    print(tabulate(rows, ["ws config (BLOCK_N, stages), programs", "case", "parity"],
                    tablefmt="github"))
 
 
@@ -102,12 +89,11 @@ def timing(problem: Problem) -> list[list]:
     fns = {name: K.make_call(name, (q, k, v), problem.causal)
            for name in ("flashrepro", "torch-cudnn", "torch-flash")}
     for cfg in PLAIN:
-        fns[f"gluon {cfg}"] = call(fwd_gluon, q, k, v, problem.causal, cfg)
+        fns[f"gluon {cfg}"] = gluon_call(q, k, v, problem.causal, cfg)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    for cfg, programs, pingpong in WS:
-        fns[f"gluon-ws {cfg} p{programs}" + " pp" * pingpong] = call(
-            fwd_gluon_ws, q, k, v, problem.causal, cfg,
-            num_programs=sms if programs == "sm" else programs, pingpong=pingpong)
+    for cfg, programs in TIMED:
+        fns[f"gluon-ws {cfg} p{programs}"] = ws_call(
+            q, k, v, problem.causal, cfg, sms if programs == "sm" else programs)
     per_round = interleaved_rounds(fns, rounds=30, calls_per_round=10)
     flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
     rows = []
