@@ -62,6 +62,21 @@ def _softmax_block(s, m_i, l_i, cols, rows, full, seqlen_k, causal_offset, qk_sc
 
 
 @gluon.jit
+def _key_blocks(row0, ROWS: gl.constexpr, seqlen_k, causal_offset, BLOCK_N: gl.constexpr,
+                CAUSAL: gl.constexpr):
+    """Key blocks of query rows [row0, row0 + ROWS): (n_full, n_blocks). Blocks [0, n_full)
+    need no mask for any of the rows, [n_full, n_blocks) do, later ones are masked for all
+    (under a causal mask, keys right of the last row's diagonal)."""
+    n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+    n_full = seqlen_k // BLOCK_N
+    if CAUSAL:
+        first_row_limit = row0 + causal_offset + 1  # keys the first row sees (>= 1)
+        n_full = gl.minimum(n_full, first_row_limit // BLOCK_N)
+        n_blocks = gl.minimum(n_blocks, gl.cdiv(first_row_limit + ROWS - 1, BLOCK_N))
+    return n_full, n_blocks
+
+
+@gluon.jit
 def _load_kv(k_desc, v_desc, k_smem, v_smem, k_bar, v_bar, slot, block, off_b, off_hkv,
              pred, BLOCK_N: gl.constexpr):
     """TMA-load key/value block ``block`` into ``slot``; K and V each complete their own
@@ -118,12 +133,8 @@ def attn_fwd_gluon_kernel(
         mbarrier.init(v_bar.index(i), count=1)
 
     # -- the key range: blocks [0, n_full) need no mask, [n_full, n_blocks) do --
-    n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
-    n_full = seqlen_k // BLOCK_N
-    if CAUSAL:
-        first_row_limit = start_m * BLOCK_M + causal_offset + 1  # keys row 0 sees (>= 1)
-        n_full = gl.minimum(n_full, first_row_limit // BLOCK_N)
-        n_blocks = gl.minimum(n_blocks, gl.cdiv(first_row_limit + BLOCK_M - 1, BLOCK_N))
+    n_full, n_blocks = _key_blocks(start_m * BLOCK_M, BLOCK_M, seqlen_k, causal_offset,
+                                   BLOCK_N, CAUSAL)
 
     mbarrier.expect(q_bar, q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [off_b, off_h, start_m * BLOCK_M, 0], q_bar, q_smem)

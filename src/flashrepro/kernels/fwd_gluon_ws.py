@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashrepro.kernels.fwd import tile_coords
-from flashrepro.kernels.fwd_gluon import _softmax_block, tma_descriptor
+from flashrepro.kernels.fwd_gluon import _key_blocks, _softmax_block, tma_descriptor
 
 CONSUMER_ROWS = gl.constexpr(64)  # query rows per consumer warpgroup: one wgmma M tile
 NUM_CONSUMERS = gl.constexpr(2)  # consumer warpgroups per program
@@ -63,10 +63,8 @@ def _tile_blocks(tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q
     its last row's diagonal under a causal mask."""
     start_m, off_b, off_h, off_hkv = tile_coords(tile, num_batch, num_heads, kv_group,
                                                  heads_per_group, seqlen_q, TILE_M)
-    n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
-    if CAUSAL:
-        n_blocks = gl.minimum(n_blocks,
-                              gl.cdiv(start_m * TILE_M + causal_offset + TILE_M, BLOCK_N))
+    _, n_blocks = _key_blocks(start_m * TILE_M, TILE_M, seqlen_k, causal_offset, BLOCK_N,
+                              CAUSAL)
     return start_m, off_b, off_h, off_hkv, n_blocks
 
 
@@ -147,9 +145,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             causal_offset, TILE_M, BLOCK_N, CAUSAL)
         row0 = (start_m * NUM_CONSUMERS + CONSUMER) * CONSUMER_ROWS  # this warpgroup's rows
         # Blocks [0, n_full) need no mask for any of this warpgroup's rows.
-        n_full = seqlen_k // BLOCK_N
-        if CAUSAL:
-            n_full = gl.minimum(n_full, (row0 + causal_offset + 1) // BLOCK_N)
+        n_full, _ = _key_blocks(row0, CONSUMER_ROWS, seqlen_k, causal_offset, BLOCK_N, CAUSAL)
         rows = row0 + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
         m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
         l_i = gl.zeros([CONSUMER_ROWS], gl.float32, layout=row_layout)
