@@ -23,6 +23,12 @@ def _repeat_kv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
     return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
+# Score elements per chunk of query rows in :func:`reference_attention` (1 GiB in float32):
+# the whole (B, H, Lq, Lk) score matrix of an L = 16k case, and the softmax's temporaries of
+# its size, took ~32 GiB per test process and ran parallel GPU workers out of memory.
+REFERENCE_CHUNK = 2**28
+
+
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                         scale: float | None = None, bottom_right: bool = False,
                         dtype: torch.dtype = torch.float64) -> tuple[torch.Tensor, torch.Tensor]:
@@ -31,24 +37,32 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
     Returns (o, lse): o (B, H, Lq, D) and lse (B, H, Lq), natural log. Rows that see no key
     give o = 0 and lse = -inf; NaN or inf in the inputs propagate as in SDPA's math backend
     (but the causal mask replaces masked scores, so a masked NaN key does not reach a row).
-    Key/value heads are repeated for GQA.
+    Key/value heads are repeated for GQA. Query rows are taken in chunks of at most
+    :data:`REFERENCE_CHUNK` score elements (each row's result does not depend on the others).
     """
     q, k, v = (t.to(dtype) for t in (q, k, v))
     k, v = _repeat_kv(q, k, v)
-    lq, lk = q.shape[2], k.shape[2]
+    b, h, lq, lk = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    s = (q @ k.transpose(-1, -2)) * scale
-    i = torch.arange(lq, device=q.device)[:, None]
-    j = torch.arange(lk, device=q.device)[None, :]
     offset = lk - lq if bottom_right else 0
-    visible = j <= i + offset if causal else torch.ones(lq, lk, dtype=torch.bool,
-                                                         device=q.device)
-    s = s.masked_fill(~visible, float("-inf"))
-    lse = torch.logsumexp(s, dim=-1)
-    p = torch.exp(s - lse[..., None])
-    # a row that sees no key gives 0; one whose visible scores are all -inf stays NaN (0/0)
-    p = p.masked_fill(~visible.any(-1)[:, None], 0.0)
-    return p @ v, lse
+    rows = max(1, REFERENCE_CHUNK // max(1, b * h * lk))
+    outs, lses = [], []
+    for start in range(0, lq, rows):
+        s = (q[:, :, start:start + rows] @ k.transpose(-1, -2)) * scale
+        i = torch.arange(start, start + s.shape[2], device=q.device)[:, None]
+        j = torch.arange(lk, device=q.device)[None, :]
+        visible = (j <= i + offset if causal
+                   else torch.ones(s.shape[2], lk, dtype=torch.bool, device=q.device))
+        s = s.masked_fill(~visible, float("-inf"))
+        lse = torch.logsumexp(s, dim=-1)
+        p = torch.exp(s - lse[..., None])
+        # a row that sees no key gives 0; one whose visible scores are all -inf stays NaN (0/0)
+        p = p.masked_fill(~visible.any(-1)[:, None], 0.0)
+        outs.append(p @ v)
+        lses.append(lse)
+    if not outs:  # Lq = 0
+        return q.new_empty(b, h, 0, v.shape[-1]), q.new_empty(b, h, 0)
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2)
 
 
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
