@@ -135,9 +135,8 @@ def run(args: argparse.Namespace) -> int:
     masks = tuple(mask == "causal" for mask in args.masks)
     for problem in problems(args.lengths, args.head_dims, args.tokens, masks=masks):
         key = table_key(arch, problem.head_dim, problem.causal, length_bucket(problem.seqlen_q))
-        pool = list(args.configs)
-        if args.against_table and key in table and KernelConfig(**table[key]) not in pool:
-            pool.append(KernelConfig(**table[key]))
+        incumbent = [KernelConfig(**table[key])] if args.against_table and key in table else []
+        pool = list(dict.fromkeys([*args.configs, *incumbent]))  # the incumbent once
         cfg, rows = best_config(problem, args.rounds, args.calls, pool)
         print(f"\n{problem.key()}: best {cfg.label()}")
         print(tabulate(rows, ["config", "µs", "note"], tablefmt="simple"))
