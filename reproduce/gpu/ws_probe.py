@@ -40,12 +40,13 @@ from tests.reference import assert_parity, poisoned_like, random_qkv
 
 # (BLOCK_N, stages), programs ("sm": one per SM; None: one per tile)
 TIMED = [((128, 2), "sm"), ((128, 2), None)]
-PARITY = [((128, 2), 7), ((128, 2), None), ((64, 3), 7)]
+PARITY = [((128, 2), 7), ((128, 2), None), ((64, 3), 7), ((64, 4), 5)]
 PLAIN = [(64, 64, 3, 4)]  # fwd_gluon, not specialized (gluon_probe's configs)
 WS_CASES = [*CASES, (1, 2, 2, 50, 50, 128, True, False, torch.float16)]
 
 
-def ws_call(q, k, v, causal, cfg, num_programs, out=None, lse=None, bottom_right=False):
+def ws_call(q, k, v, causal, cfg, num_programs, out=None, lse=None, bottom_right=False,
+            module=fwd_gluon_ws):
     block_n, stages = cfg
     b, h, lq, d = q.shape
     lk = k.shape[2]
@@ -55,9 +56,9 @@ def ws_call(q, k, v, causal, cfg, num_programs, out=None, lse=None, bottom_right
     offset = lk - lq if bottom_right else 0
 
     def run():
-        fwd_gluon_ws.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
-                            causal_offset=offset, heads_per_group=hpg, store_lse=True,
-                            block_n=block_n, num_stages=stages, num_programs=num_programs)
+        module.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
+                      causal_offset=offset, heads_per_group=hpg, store_lse=True,
+                      block_n=block_n, num_stages=stages, num_programs=num_programs)
         return o
     return run
 

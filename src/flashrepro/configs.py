@@ -41,7 +41,10 @@ class KernelConfig:
             kernel :mod:`flashrepro.kernels.fwd_gluon_ws` instead (FlashAttention-3's producer
             warp, register reallocation and ping-pong of two consumer warpgroups). Needs
             ``overlap``, BLOCK_M = 128 and 8 warps (two consumer warpgroups; the producer
-            warp comes on top), BLOCK_N 64 or 128 and 2..4 stages.
+            warp comes on top), BLOCK_N 64 or 128, and 2 or more stages with
+            BLOCK_N·num_stages <= 256: two Q buffers and an output tile per consumer (96 KiB
+            at D = 128) and the K/V slots (stages·BLOCK_N·D·4 bytes) must fit sm_90's 227 KiB
+            of shared memory.
 
     Raises:
         TypeError: a size that is not an int, or a flag that is not a bool.
@@ -79,9 +82,10 @@ class KernelConfig:
                              f"block_m >= 16·num_warps, got {self.label()}")
         if self.warp_specialize and not (self.overlap and self.block_m == 128
                                          and self.num_warps == 8 and self.block_n in (64, 128)
-                                         and 2 <= self.num_stages <= 4):
+                                         and self.num_stages * self.block_n <= 256):
             raise ValueError("warp_specialize needs overlap, block_m 128, num_warps 8, "
-                             f"block_n 64 or 128 and 2..4 stages, got {self.label()}")
+                             "block_n 64 or 128 and num_stages·block_n <= 256 (shared "
+                             f"memory), got {self.label()}")
 
     @classmethod
     def parse(cls, text: str) -> KernelConfig:

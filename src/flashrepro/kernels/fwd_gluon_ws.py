@@ -45,6 +45,7 @@ from flashrepro.kernels.fwd_gluon import _key_blocks, _softmax_block, tma_descri
 
 CONSUMER_ROWS = gl.constexpr(64)  # query rows per consumer warpgroup: one wgmma M tile
 NUM_CONSUMERS = gl.constexpr(2)  # consumer warpgroups per program
+Q_BUFFERS = gl.constexpr(2)  # Q tiles per consumer: the next tile's loads during this one
 BLOCK_M = CONSUMER_ROWS.value * NUM_CONSUMERS.value  # query rows per tile
 NUM_WARPS = 4 * NUM_CONSUMERS.value  # consumer warps (the producer warp comes on top)
 # Registers per thread: 12 warps (the producer warp takes a warpgroup's slot) share the 64 Ki
@@ -69,31 +70,55 @@ def _tile_blocks(tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q
 
 
 @gluon.jit
+def _num_local_tiles(num_tiles):
+    """How many tiles this program takes under :func:`_schedule_tile`'s order."""
+    nprog = gl.num_programs(0)
+    rounds = num_tiles // nprog  # full rounds: every program takes one tile in each
+    rem = num_tiles - rounds * nprog  # tiles of the last, partial round
+    # In an odd round the order runs backwards, so the partial round's tiles fall to the
+    # last `rem` programs instead of the first.
+    pos = gl.program_id(0) + (rounds & 1) * (nprog - 1 - 2 * gl.program_id(0))
+    return rounds + (pos < rem).to(gl.int32)
+
+
+@gluon.jit
+def _schedule_tile(local):
+    """The tile of this program's round ``local``: round r takes tiles [r·G, r·G + G) of
+    :func:`flashrepro.kernels.fwd.tile_coords`' order (G programs), forwards in even rounds
+    and backwards in odd ones ("snake"). Tiles come heaviest first, so under a causal mask
+    the program that had the heaviest tile of one round gets the lightest of the next."""
+    nprog = gl.num_programs(0)
+    return local * nprog + gl.program_id(0) + (local & 1) * (nprog - 1 - 2 * gl.program_id(0))
+
+
+@gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, num_heads,
               kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, num_tiles,
               CAUSAL: gl.constexpr):
-    """One warp: for each of this program's tiles, each consumer's Q tile once that consumer
-    has finished with the last one, then K_j and V_j into the next slot as soon as the
-    consumers have handed it back. Slots and phases run on across tiles, so the next tile's
-    first blocks load while the consumers finish this one."""
+    """One warp: for each of this program's tiles, each consumer's Q tile into that
+    consumer's free Q buffer, then K_j and V_j into the next slot as soon as the consumers
+    have handed it back. Slots and phases run on across tiles, so the next tile's Q and first
+    blocks load while the consumers finish this one."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, _ = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
     it = 0  # key blocks issued so far, over all tiles
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        local = tile // gl.num_programs(0)  # this program's tiles before this one
+    for local in range(_num_local_tiles(num_tiles)):
+        tile = _schedule_tile(local)
         start_m, off_b, off_h, off_hkv, n_blocks = _tile_blocks(
             tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
             causal_offset, TILE_M, BLOCK_N, CAUSAL)
-        # An mbarrier starts with its phase-1 wait already complete, so the first wait on
-        # each "empty" barrier passes at once.
+        # Q buffer (c, local % 2): its previous use was this program's tile before last, so
+        # the wait rarely blocks. An mbarrier starts with its phase-1 wait already complete,
+        # so the first wait on each "empty" barrier passes at once.
         for c in gl.static_range(NUM_CONSUMERS):
-            mbarrier.wait(q_empty.index(c), (local & 1) ^ 1)
-            mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
+            qb = c * Q_BUFFERS + local % Q_BUFFERS
+            mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)
+            mbarrier.expect(q_ready.index(qb), q_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(
                 q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + c) * CONSUMER_ROWS, 0],
-                q_ready.index(c), q_smem.index(c))
+                q_ready.index(qb), q_smem.index(qb))
         for j in range(n_blocks):
             slot = it % NUM_STAGES
             empty_phase = ((it // NUM_STAGES) & 1) ^ 1
@@ -132,14 +157,13 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
 
-    q = q_smem.index(CONSUMER).reshape([CONSUMER_ROWS, HEAD_DIM])
     o_tile = o_smem.index(CONSUMER)
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
     s_zero = gl.zeros([CONSUMER_ROWS, BLOCK_N], gl.float32, layout=s_layout)
     it = 0  # key blocks consumed so far, over all tiles
     turns = 0  # ping-pong turns taken so far, over all tiles
-    for tile in range(gl.program_id(0), num_tiles, gl.num_programs(0)):
-        local = tile // gl.num_programs(0)  # this program's tiles before this one
+    for local in range(_num_local_tiles(num_tiles)):
+        tile = _schedule_tile(local)
         start_m, off_b, off_h, _, n_blocks = _tile_blocks(
             tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
             causal_offset, TILE_M, BLOCK_N, CAUSAL)
@@ -152,11 +176,20 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         acc = gl.zeros([CONSUMER_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
 
         # -- block 0: S_0 and its softmax, nothing to overlap with yet --
+        qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
+        q = q_smem.index(qb).reshape([CONSUMER_ROWS, HEAD_DIM])
         slot = it % NUM_STAGES
-        mbarrier.wait(q_ready.index(CONSUMER), local & 1)
+        mbarrier.wait(q_ready.index(qb), (local // Q_BUFFERS) & 1)
         mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
+        # Ping-pong: the consumers take turns issuing their GEMMs, so one's GEMMs run while
+        # the other's softmax does; a tile's first and last GEMMs take turns too, so the
+        # order holds across tiles. Consumer 0 goes first: its first wait is on the phase an
+        # mbarrier starts with complete.
+        mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
         k0 = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
+        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+        turns += 1
         s = warpgroup_mma_wait(0, deps=(s,))
         mbarrier.arrive(k_empty.index(slot), count=1)
         p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
@@ -170,9 +203,6 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             prev = (it + j - 1) % NUM_STAGES
             mbarrier.wait(k_ready.index(slot), ((it + j) // NUM_STAGES) & 1)
             mbarrier.wait(v_ready.index(prev), ((it + j - 1) // NUM_STAGES) & 1)
-            # Ping-pong: the consumers take turns issuing their two GEMMs, so one's GEMMs
-            # run while the other's softmax does. Consumer 0 goes first: its first wait is on
-            # the phase an mbarrier starts with complete.
             mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
             kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
@@ -190,14 +220,17 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)),
                                        1)
             p = gl.convert_layout(p_new.to(dtype), p_layout)
-        # Every Q·Kᵀ of this tile has finished: the producer may load the next Q.
-        mbarrier.arrive(q_empty.index(CONSUMER), count=1)
+        # Every Q·Kᵀ of this tile has finished: Q buffer qb is free for the tile after next.
+        mbarrier.arrive(q_empty.index(qb), count=1)
 
         # -- the last block's P·V, then the epilogue: normalise once, store through TMA --
         last = it + n_blocks - 1
         mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
+        mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
         v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
         acc = warpgroup_mma(p, v_last, acc, is_async=True)
+        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+        turns += 1
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
 
@@ -241,25 +274,28 @@ def attn_fwd_gluon_ws_kernel(
     # -- shared memory: a Q and an output tile per consumer, K and V in NUM_STAGES slots;
     # "ready" mbarriers complete on the TMA's bytes, "empty" ones on one arrival per consumer
     # (per Q tile: its consumer's); "turn" c completes when consumer c may issue GEMMs --
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, 1, 1, CONSUMER_ROWS, HEAD_DIM],
-                                       q_desc.layout)
+    q_smem = gl.allocate_shared_memory(
+        dtype, [NUM_CONSUMERS * Q_BUFFERS, 1, 1, CONSUMER_ROWS, HEAD_DIM], q_desc.layout)
     o_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, 1, 1, CONSUMER_ROWS, HEAD_DIM],
                                        o_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_DIM],
                                        k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_STAGES, 1, 1, BLOCK_N, HEAD_DIM],
                                        v_desc.layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_ready = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS * Q_BUFFERS, 1],
+                                        mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS * Q_BUFFERS, 1],
+                                        mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
     for c in gl.static_range(NUM_CONSUMERS):
-        mbarrier.init(q_ready.index(c), count=1)
-        mbarrier.init(q_empty.index(c), count=1)
         mbarrier.init(turn.index(c), count=1)
+    for qb in gl.static_range(NUM_CONSUMERS * Q_BUFFERS):
+        mbarrier.init(q_ready.index(qb), count=1)
+        mbarrier.init(q_empty.index(qb), count=1)
     for i in gl.static_range(NUM_STAGES):
         mbarrier.init(k_ready.index(i), count=1)
         mbarrier.init(v_ready.index(i), count=1)

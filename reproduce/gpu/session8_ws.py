@@ -1,0 +1,74 @@
+"""Session 8 (experiment 16): the warp-specialized kernel with two Q buffers per consumer, the
+ping-pong order kept across tiles, and a "snake" persistent schedule, against the kernel as
+it was before (041defe), side by side.
+
+Run from the repository root on an H200, with the earlier kernel written next to this file:
+
+    git show 041defe:src/flashrepro/kernels/fwd_gluon_ws.py > reproduce/gpu/ws_before.py
+    PYTHONPATH=src:. python reproduce/gpu/session8_ws.py
+
+Times, in interleaved rounds with the project's timer: flashrepro's default launch, the kernel
+now (persistent: one program per SM; and one program per tile), the kernel before
+(persistent), the non-specialized Gluon kernel at 64x64 (``fa3-overlap``), torch's cuDNN and
+flash backends; at the article problem causal and not, and at larger problems where the
+per-tile cost (L 512, 1024 at B·L = 16k) or the causal schedule (L 4096, 16384) shows.
+"""
+
+from __future__ import annotations
+
+import statistics
+import sys
+
+import torch
+from tabulate import tabulate
+
+from flashrepro.bench import kernels as K
+from flashrepro.bench.problem import Problem, load_article
+from flashrepro.bench.timing import interleaved_rounds
+from reproduce.gpu import ws_before
+from reproduce.gpu.gluon_probe import gluon_call
+from reproduce.gpu.ws_probe import ws_call
+
+
+def problems() -> list[Problem]:
+    article, _ = load_article()
+    more = [(16, 1024, 128, False), (16, 1024, 128, True), (32, 512, 128, False),
+            (4, 4096, 128, False), (4, 4096, 128, True), (1, 16384, 128, True),
+            (16, 1024, 64, False)]
+    return [Problem(**{**article.as_dict(), "causal": False}), article,
+            *(Problem(batch=b, heads=16, seqlen_q=n, seqlen_k=n, head_dim=d, dtype="float16",
+                      causal=c) for b, n, d, c in more)]
+
+
+def timing(problem: Problem, rounds: int) -> list[list]:
+    q, k, v = problem.inputs()
+    causal = problem.causal
+    sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+    fns = {name: K.make_call(name, (q, k, v), causal)
+           for name in ("flashrepro", "torch-cudnn", "torch-flash")}
+    fns["ws now, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms)
+    fns["ws now, p=tiles"] = ws_call(q, k, v, causal, (128, 2), None)
+    fns["ws before, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms, module=ws_before)
+    fns["fa3-overlap 64x64"] = gluon_call(q, k, v, causal, (64, 64, 3, 4))
+    per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=10)
+    flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
+    rows = []
+    for name, us in per_round.items():
+        vs_flash = statistics.median(a / b for a, b in zip(us, flash, strict=True))
+        vs_cudnn = statistics.median(a / b for a, b in zip(us, cudnn, strict=True))
+        rows.append([problem.key(), name, f"{statistics.median(us):.1f}",
+                     f"{problem.flops() / statistics.median(us) / 1e6:.0f}", f"{vs_flash:.3f}",
+                     f"{vs_cudnn:.3f}"])
+    return rows
+
+
+def main() -> None:
+    rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
+    for problem in problems():
+        print(tabulate(timing(problem, rounds), ["problem", "kernel", "µs", "TFLOP/s",
+                                                 "vs torch flash", "vs cuDNN"],
+                       tablefmt="github"), flush=True)
+
+
+if __name__ == "__main__":
+    main()
