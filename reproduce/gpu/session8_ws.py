@@ -5,13 +5,15 @@ it was before (041defe), side by side.
 Run from the repository root on an H200, with the earlier kernel written next to this file:
 
     git show 041defe:src/flashrepro/kernels/fwd_gluon_ws.py > reproduce/gpu/ws_before.py
-    PYTHONPATH=src:. python reproduce/gpu/session8_ws.py
+    PYTHONPATH=src:. python reproduce/gpu/session8_ws.py [ROUNDS] [blocks]
 
 Times, in interleaved rounds with the project's timer: flashrepro's default launch, the kernel
 now (persistent: one program per SM; and one program per tile), the kernel before
 (persistent), the non-specialized Gluon kernel at 64x64 (``fa3-overlap``), torch's cuDNN and
 flash backends; at the article problem causal and not, and at larger problems where the
 per-tile cost (L 512, 1024 at B·L = 16k) or the causal schedule (L 4096, 16384) shows.
+With ``blocks`` (call B): the kernel now at BLOCK_N 128 (2 stages) and 64 (2, 3, 4 stages) on
+the first five of those problems.
 """
 
 from __future__ import annotations
@@ -40,16 +42,25 @@ def problems() -> list[Problem]:
                       causal=c) for b, n, d, c in more)]
 
 
-def timing(problem: Problem, rounds: int) -> list[list]:
+def variants(q, k, v, causal: bool, sms: int) -> dict:
+    """Call B: the kernel now at each (BLOCK_N, stages) that fits, persistent."""
+    return {f"ws now 128x{bn} s{st}": ws_call(q, k, v, causal, (bn, st), sms)
+            for bn, st in ((128, 2), (64, 2), (64, 3), (64, 4))}
+
+
+def timing(problem: Problem, rounds: int, call_b: bool = False) -> list[list]:
     q, k, v = problem.inputs()
     causal = problem.causal
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     fns = {name: K.make_call(name, (q, k, v), causal)
            for name in ("flashrepro", "torch-cudnn", "torch-flash")}
-    fns["ws now, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms)
-    fns["ws now, p=tiles"] = ws_call(q, k, v, causal, (128, 2), None)
-    fns["ws before, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms, module=ws_before)
-    fns["fa3-overlap 64x64"] = gluon_call(q, k, v, causal, (64, 64, 3, 4))
+    if call_b:
+        fns.update(variants(q, k, v, causal, sms))
+    else:
+        fns["ws now, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms)
+        fns["ws now, p=tiles"] = ws_call(q, k, v, causal, (128, 2), None)
+        fns["ws before, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms, module=ws_before)
+        fns["fa3-overlap 64x64"] = gluon_call(q, k, v, causal, (64, 64, 3, 4))
     per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=10)
     flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
     rows = []
@@ -64,8 +75,9 @@ def timing(problem: Problem, rounds: int) -> list[list]:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-    for problem in problems():
-        print(tabulate(timing(problem, rounds), ["problem", "kernel", "µs", "TFLOP/s",
+    call_b = sys.argv[2:] == ["blocks"]
+    for problem in problems()[:5] if call_b else problems():
+        print(tabulate(timing(problem, rounds, call_b), ["problem", "kernel", "µs", "TFLOP/s",
                                                  "vs torch flash", "vs cuDNN"],
                        tablefmt="github"), flush=True)
 
