@@ -5,7 +5,7 @@ it was before (041defe), side by side.
 Run from the repository root on an H200, with the earlier kernel written next to this file:
 
     git show 041defe:src/flashrepro/kernels/fwd_gluon_ws.py > reproduce/gpu/ws_before.py
-    PYTHONPATH=src:. python reproduce/gpu/session8_ws.py [ROUNDS] [blocks]
+    PYTHONPATH=src:. python reproduce/gpu/session8_ws.py [ROUNDS] [a|blocks|c]
 
 Times, in interleaved rounds with the project's timer: flashrepro's default launch, the kernel
 now (persistent: one program per SM; and one program per tile), the kernel before
@@ -13,7 +13,8 @@ now (persistent: one program per SM; and one program per tile), the kernel befor
 flash backends; at the article problem causal and not, and at larger problems where the
 per-tile cost (L 512, 1024 at B·L = 16k) or the causal schedule (L 4096, 16384) shows.
 With ``blocks`` (call B): the kernel now at BLOCK_N 128 (2 stages) and 64 (2, 3, 4 stages) on
-the first five of those problems.
+the first five of those problems. With ``c`` (call C): the kernel now against the one in
+``ws_before.py``, whose ``COMMIT`` names the commit it was taken from (session8_c.sh).
 """
 
 from __future__ import annotations
@@ -48,14 +49,18 @@ def variants(q, k, v, causal: bool, sms: int) -> dict:
             for bn, st in ((128, 2), (64, 2), (64, 3), (64, 4))}
 
 
-def timing(problem: Problem, rounds: int, call_b: bool = False) -> list[list]:
+def timing(problem: Problem, rounds: int, mode: str = "a") -> list[list]:
     q, k, v = problem.inputs()
     causal = problem.causal
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
     fns = {name: K.make_call(name, (q, k, v), causal)
            for name in ("flashrepro", "torch-cudnn", "torch-flash")}
-    if call_b:
+    if mode == "blocks":
         fns.update(variants(q, k, v, causal, sms))
+    elif mode == "c":
+        fns["ws now, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms)
+        fns[f"ws {ws_before.COMMIT}, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms,
+                                                      module=ws_before)
     else:
         fns["ws now, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms)
         fns["ws now, p=tiles"] = ws_call(q, k, v, causal, (128, 2), None)
@@ -75,9 +80,9 @@ def timing(problem: Problem, rounds: int, call_b: bool = False) -> list[list]:
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
-    call_b = sys.argv[2:] == ["blocks"]
-    for problem in problems()[:5] if call_b else problems():
-        print(tabulate(timing(problem, rounds, call_b), ["problem", "kernel", "µs", "TFLOP/s",
+    mode = sys.argv[2] if len(sys.argv) > 2 else "a"
+    for problem in problems()[:5] if mode == "blocks" else problems():
+        print(tabulate(timing(problem, rounds, mode), ["problem", "kernel", "µs", "TFLOP/s",
                                                  "vs torch flash", "vs cuDNN"],
                        tablefmt="github"), flush=True)
 
