@@ -140,7 +140,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
               CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
     """One warpgroup: for each of this program's tiles, its 64 query rows against the tile's
     key blocks, then their output (stored while the next tile runs)."""
-    _, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
+    _q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
     HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
