@@ -140,7 +140,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
               CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
     """One warpgroup: for each of this program's tiles, its 64 query rows against the tile's
     key blocks, then their output (stored while the next tile runs)."""
-    _q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
     HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
@@ -160,13 +160,9 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
     o_tile = o_smem.index(CONSUMER)
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
     s_zero = gl.zeros([CONSUMER_ROWS, BLOCK_N], gl.float32, layout=s_layout)
-    # Every program has a tile: the grid is at most one program per tile.
-    n_local = _num_local_tiles(num_tiles)
     it = 0  # key blocks consumed so far, over all tiles
-    s = _issue_s0(q_smem, k_smem, bars, 0, it, 0, s_zero, CONSUMER)
-    turns = 1  # ping-pong turns taken so far, over all tiles
-    s = warpgroup_mma_wait(0, deps=(s,))
-    for local in range(n_local):
+    turns = 0  # ping-pong turns taken so far, over all tiles
+    for local in range(_num_local_tiles(num_tiles)):
         tile = _schedule_tile(local)
         start_m, off_b, off_h, _, n_blocks = _tile_blocks(
             tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
@@ -175,14 +171,27 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         # Blocks [0, n_full) need no mask for any of this warpgroup's rows.
         n_full, _ = _key_blocks(row0, CONSUMER_ROWS, seqlen_k, causal_offset, BLOCK_N, CAUSAL)
         rows = row0 + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
-        qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
-        q = q_smem.index(qb).reshape([CONSUMER_ROWS, HEAD_DIM])
-
-        # -- block 0: S_0 has finished (issued before the loop or by the previous tile) --
-        mbarrier.arrive(k_empty.index(it % NUM_STAGES), count=1)
         m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
         l_i = gl.zeros([CONSUMER_ROWS], gl.float32, layout=row_layout)
         acc = gl.zeros([CONSUMER_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+
+        # -- block 0: S_0 and its softmax, nothing to overlap with yet --
+        qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
+        q = q_smem.index(qb).reshape([CONSUMER_ROWS, HEAD_DIM])
+        slot = it % NUM_STAGES
+        mbarrier.wait(q_ready.index(qb), (local // Q_BUFFERS) & 1)
+        mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
+        # Ping-pong: the consumers take turns issuing their GEMMs, so one's GEMMs run while
+        # the other's softmax does; a tile's first and last GEMMs take turns too, so the
+        # order holds across tiles. Consumer 0 goes first: its first wait is on the phase an
+        # mbarrier starts with complete.
+        mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
+        k0 = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
+        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
+        turns += 1
+        s = warpgroup_mma_wait(0, deps=(s,))
+        mbarrier.arrive(k_empty.index(slot), count=1)
         p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
                                             causal_offset, qk_scale, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
@@ -214,77 +223,32 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         # Every Q·Kᵀ of this tile has finished: Q buffer qb is free for the tile after next.
         mbarrier.arrive(q_empty.index(qb), count=1)
 
-        # -- the last block's P·V; the next tile's S_0 is issued behind it, and this tile's
-        # epilogue runs while both are on the tensor cores --
-        last = (it + n_blocks - 1) % NUM_STAGES
-        mbarrier.wait(v_ready.index(last), ((it + n_blocks - 1) // NUM_STAGES) & 1)
+        # -- the last block's P·V, then the epilogue: normalise once, store through TMA --
+        last = it + n_blocks - 1
+        mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
         mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
-        v_last = v_smem.index(last).reshape([BLOCK_N, HEAD_DIM])
+        v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
         acc = warpgroup_mma(p, v_last, acc, is_async=True)
         mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
         turns += 1
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
+
+        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
+        o = (acc / gl.expand_dims(l_o, 1)).to(dtype)
+        tma.store_wait(pendings=0)  # the previous tile's output has left o_tile
+        o_tile.reshape([CONSUMER_ROWS, HEAD_DIM]).store(o)
+        fence_async_shared()
+        # The copy engine drops rows past Lq.
+        tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], o_tile)
+        if STORE_LSE:
+            # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
+            lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
+            lse_ptrs = (LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh
+                        + rows)
+            gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
         it += n_blocks
-        if local + 1 < n_local:
-            s_next = _issue_s0(q_smem, k_smem, bars, local + 1, it, turns, s_zero, CONSUMER)
-            turns += 1
-            out = warpgroup_mma_wait(1, deps=(acc,))  # the last P·V done; S_0 may still run
-            mbarrier.arrive(v_empty.index(last), count=1)
-            _store_tile(out, m_i, l_i, o_desc, o_tile, LSE, stride_lb, stride_lh, off_b, off_h,
-                        row0, seqlen_q, STORE_LSE)
-            s = warpgroup_mma_wait(0, deps=(s_next,))
-        else:
-            out = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(v_empty.index(last), count=1)
-            _store_tile(out, m_i, l_i, o_desc, o_tile, LSE, stride_lb, stride_lh, off_b, off_h,
-                        row0, seqlen_q, STORE_LSE)
     tma.store_wait(pendings=0)
-
-
-@gluon.jit
-def _issue_s0(q_smem, k_smem, bars, local, it, turns, s_zero, CONSUMER: gl.constexpr):
-    """Wait for tile ``local``'s Q tile, its first K block (slot of block ``it``) and this
-    consumer's turn; issue S_0 = Q·K_0ᵀ asynchronously and pass the turn on."""
-    q_ready, _, k_ready, _, _, _, turn = bars
-    NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
-    BLOCK_N: gl.constexpr = k_smem.type.shape[3]
-    HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
-    qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
-    slot = it % NUM_STAGES
-    mbarrier.wait(q_ready.index(qb), (local // Q_BUFFERS) & 1)
-    mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
-    # Ping-pong: the consumers take turns issuing their GEMMs, so one's GEMMs run while the
-    # other's softmax does; a tile's first and last GEMMs take turns too, so the order holds
-    # across tiles. Consumer 0 goes first: its first wait is on the phase an mbarrier starts
-    # with complete.
-    mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
-    q = q_smem.index(qb).reshape([CONSUMER_ROWS, HEAD_DIM])
-    k0 = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-    s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
-    mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-    return s
-
-
-@gluon.jit
-def _store_tile(acc, m_i, l_i, o_desc, o_tile, LSE, stride_lb, stride_lh, off_b, off_h, row0,
-                seqlen_q, STORE_LSE: gl.constexpr):
-    """A consumer's epilogue: normalise its rows of O once (one reciprocal per row) and store
-    them through TMA from ``o_tile``; with STORE_LSE, their natural-log LSE too."""
-    CONSUMER_ROWS_: gl.constexpr = acc.type.shape[0]
-    HEAD_DIM: gl.constexpr = acc.type.shape[1]
-    inv_l = gl.convert_layout(1.0 / l_i, gl.SliceLayout(1, acc.type.layout))
-    o = (acc * gl.expand_dims(inv_l, 1)).to(o_tile.dtype)
-    tma.store_wait(pendings=0)  # the previous tile's output has left o_tile
-    o_tile.reshape([CONSUMER_ROWS_, HEAD_DIM]).store(o)
-    fence_async_shared()
-    # The copy engine drops rows past Lq.
-    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], o_tile)
-    if STORE_LSE:
-        # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
-        rows = row0 + gl.arange(0, CONSUMER_ROWS_, layout=m_i.type.layout)
-        lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-        lse_ptrs = (LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh
-                    + rows)
-        gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
 
 
 @gluon.jit
