@@ -13,9 +13,12 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   so each consumer can hold S, P and O of a 64 x BLOCK_N tile (240, FA3's split).
 - Ping-pong: the consumers take turns issuing their GEMMs (two mbarriers), so one's softmax
   runs while the other's GEMMs use the tensor cores.
-- Persistent grid: a program loops over tiles; slot and phase counters run on across tiles, so
-  the producer loads the next tile's Q, K and V while the consumers finish this one, and a
-  tile's output leaves through its own shared-memory buffer while the next tile computes.
+- Persistent grid: a program loops over tiles; slot and phase counters run on across tiles,
+  and each consumer has two Q buffers, so the producer loads the next tile's Q, K and V while
+  the consumers finish this one, and a tile's output leaves through its own shared-memory
+  buffer while the next tile computes. Tiles go to programs in "snake" order (forwards in even
+  rounds, backwards in odd ones): under a causal mask the tiles come heaviest first, so the
+  program with a round's heaviest tile gets the next round's lightest.
 
 A tile is BLOCK_M = 128 query rows; consumer warpgroup c owns rows [64·c, 64·c + 64) of it,
 with its own Q tile, running max/sum and accumulator, and both consumers read the same K/V
@@ -25,7 +28,7 @@ intra-warpgroup overlap of :mod:`flashrepro.kernels.fwd_gluon`: the softmax of S
 P_{j-1}·V_{j-1} is on the tensor cores.
 
 Scope as :mod:`flashrepro.kernels.fwd_gluon` (the launcher checks it). Measured on the H200:
-reproduce/NOTES.md, experiment 15.
+reproduce/NOTES.md, experiments 15 and 16.
 """
 
 import torch
@@ -260,9 +263,9 @@ def attn_fwd_gluon_ws_kernel(
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr,
 ):
-    """Persistent: program p takes tiles p, p + G, p + 2G, ... of
-    :func:`flashrepro.kernels.fwd.tile_coords`' order (G programs, at most one per tile) of
-    128 query rows; launched with num_warps=4 (the first consumer, the default partition).
+    """Persistent: G programs (at most one per tile) take the tiles of 128 query rows in
+    :func:`flashrepro.kernels.fwd.tile_coords`' order, round by round, in :func:`_schedule_tile`'s
+    snake order; launched with num_warps=4 (the first consumer, the default partition).
 
     q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, 64, D];
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
@@ -271,7 +274,8 @@ def attn_fwd_gluon_ws_kernel(
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
     num_tiles = num_batch * num_heads * gl.cdiv(seqlen_q, TILE_M)
 
-    # -- shared memory: a Q and an output tile per consumer, K and V in NUM_STAGES slots;
+    # -- shared memory: two Q tiles and an output tile per consumer, K and V in NUM_STAGES
+    # slots (224 KiB at D = 128, BLOCK_N = 128, 2 stages: sm_90 allows 227);
     # "ready" mbarriers complete on the TMA's bytes, "empty" ones on one arrival per consumer
     # (per Q tile: its consumer's); "turn" c completes when consumer c may issue GEMMs --
     q_smem = gl.allocate_shared_memory(
