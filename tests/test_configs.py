@@ -159,3 +159,15 @@ def test_overlap_applies_only_where_the_gluon_kernel_does(
     assert api._overlap_ok(q, d, causal, offset) is expected
     q_cpu = SimpleNamespace(device=torch.device("cpu"), dtype=getattr(torch, dtype))
     assert api._overlap_ok(q_cpu, d, causal, offset) is False  # the interpreter: Triton kernel
+
+
+@pytest.mark.parametrize("head_dim", ["96", "8", "512"])
+def test_tune_writes_only_table_keys(head_dim: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The table is keyed by D padded to a power of two >= 16 (default_config): --write with
+    D=96 would put its winners under a key that no launch reads, so it is refused before any
+    timing (and without a GPU); timing D=96 without --write stays allowed."""
+    args = build_parser().parse_args(["tune", "--head-dims", "128", head_dim, "--write"])
+    assert tune.run(args) == 2
+    assert "--write needs --head-dims that are table keys" in capsys.readouterr().err
+    assert [tune.table_head_dim(d) for d in (16, 64, 128, 256, 96, 8, 512)] == [
+        True, True, True, True, False, False, False]

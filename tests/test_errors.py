@@ -138,9 +138,19 @@ def test_heads_not_a_multiple_with_gqa(qkv, h_kv: int) -> None:
 def test_too_many_query_rows(device: torch.device) -> None:
     # a broadcast view: 2^20 x 2^10 x 2^15 rows of one stored element
     q = torch.randn(1, 1, 1, 16, device=device).half().expand(2**20, 2**10, 2**15 + 1, 16)
-    with pytest.raises(ValueError, match=r"^B·H·Lq = 35185445830656 query rows exceed the "
-                                         r"launch limit of 2147483647 programs of at least 16 "
-                                         r"rows$"):
+    with pytest.raises(ValueError, match=r"^B·H·cdiv\(Lq, 16\) = 2200096997376 exceeds CUDA's "
+                                         r"launch limit of 2147483647 programs \(one per head "
+                                         r"and query block; blocks may be as small as 16 "
+                                         r"rows\)$"):
+        flashrepro.attention(q, q, q)
+
+
+def test_too_many_heads_for_short_queries(device: torch.device) -> None:
+    """Lq = 1: B·H·Lq = 2^32 rows is below 16 x the grid limit, but every (batch, head) needs
+    a program of its own, and 2^32 of them exceed CUDA's gridDim.x (Triton's launcher failed
+    with an OverflowError)."""
+    q = torch.randn(1, 1, 1, 16, device=device).half().expand(2**16, 2**16, 1, 16)
+    with pytest.raises(ValueError, match=r"^B·H·cdiv\(Lq, 16\) = 4294967296 exceeds CUDA's "):
         flashrepro.attention(q, q, q)
 
 

@@ -7,6 +7,7 @@ LDSM.16.M88.4 for its Triton kernel; 256 / 80 LDSM.16.M88.4 / 64 LDSM.16.MT88.4 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -179,6 +180,22 @@ def test_gluon_rows_are_counted_and_modelled() -> None:
     assert (gluon.counts.classes["HGMMA"], gluon.counts.loop_classes["HGMMA"]) == (24, 12)
     assert (prediction.total["HGMMA"], prediction.in_loops["HGMMA"]) == (24, 12)
     assert gluon.counts.classes["LDSM"] == 0
+
+
+@pytest.mark.parametrize("target", ["sm_80", "sm_90-mma.sync"])
+@pytest.mark.parametrize("entry", ["fa3-overlap", "fa3-ws"])
+def test_gluon_table_entry_off_the_wgmma_path(target: str, entry: str,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table entry with overlap (``tune --configs fa3-overlap --write`` on an A100 writes one:
+    it runs there, as the Triton kernel) counts as api.attention launches it off sm_90's
+    wgmma path: the Triton kernel, pointer loads below sm_90, no Gluon rows (dropping only
+    ``tma`` raised "overlap needs tma")."""
+    monkeypatch.setattr(sass, "default_config", lambda *args: NAMED[entry])
+    rows = sass._configs(target, PROBLEM)
+    assert not [v for v, _, _ in rows if v.startswith("fwd_gluon")]
+    cfg = NAMED[entry]
+    assert ("fwd", dataclasses.replace(cfg, tma=target == "sm_90-mma.sync", overlap=False,
+                                       warp_specialize=False)) in [(v, c) for v, c, _ in rows]
 
 
 @pytest.mark.parametrize("changed", [KernelConfig(64, 32, 4, 3), KernelConfig(64, 64, 8, 3)],

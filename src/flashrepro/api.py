@@ -71,8 +71,8 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     6. 1 <= D <= 256 (ValueError).
     7. H_kv == H; with ``enable_gqa``, H is a multiple of H_kv >= 1 (or H = H_kv = 0)
        (ValueError).
-    8. B·H·Lq <= (2^31 - 1)·16: one program per 16 or more query rows fits CUDA's gridDim.x
-       (ValueError).
+    8. B·H·cdiv(Lq, 16) <= 2^31 - 1: one program per head and block of 16 or more query rows
+       fits CUDA's gridDim.x, also when Lq < 16 (ValueError).
     9. ``scale`` is None or a real number, not a bool (TypeError), finite and >= 0
        (ValueError).
     10. ``causal_alignment`` is ``'top_left'`` or ``'bottom_right'`` (ValueError).
@@ -133,9 +133,11 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     elif hk != h:
         raise ValueError(f"k and v must have q's head count H={h}, got {hk} (pass "
                          "enable_gqa=True for grouped-query attention)")
-    if b * h * q.shape[2] > MAX_PROGRAMS * 16:
-        raise ValueError(f"B·H·Lq = {b * h * q.shape[2]} query rows exceed the launch limit of "
-                         f"{MAX_PROGRAMS} programs of at least 16 rows")
+    programs = b * h * -(-q.shape[2] // 16)  # grid of the smallest query block, 16 rows
+    if programs > MAX_PROGRAMS:
+        raise ValueError(f"B·H·cdiv(Lq, 16) = {programs} exceeds CUDA's launch limit of "
+                         f"{MAX_PROGRAMS} programs (one per head and query block; blocks may "
+                         "be as small as 16 rows)")
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be None or a real number, got {type(scale).__name__}")
     if scale is not None and not (math.isfinite(scale) and scale >= 0):

@@ -50,6 +50,8 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     arch = TARGETS[target].arch
     default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                              TARGETS[target].config_arch)
+    if not TARGETS[target].wgmma:  # api.attention runs Gluon on sm_90's wgmma path only
+        default = dataclasses.replace(default, overlap=False, warp_specialize=False)
     if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90
         default = dataclasses.replace(default, tma=False)
     gluon = default  # where it is a Gluon kernel, also count the Triton kernel at its tiles

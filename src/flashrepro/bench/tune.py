@@ -20,6 +20,7 @@ import torch
 from tabulate import tabulate
 
 from flashrepro import env
+from flashrepro.api import MAX_HEAD_DIM
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem
 from flashrepro.bench.timing import interleaved_rounds
@@ -121,7 +122,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--write", action="store_true", help=f"update {TUNED_TABLE}")
 
 
+def table_head_dim(head_dim: int) -> bool:
+    """Whether the tuned table has keys for ``head_dim``: the default launch looks D up padded
+    to a power of two >= 16 (:func:`flashrepro.configs.default_config`), so a winner timed at
+    D=96 could only go under a key ``sm90-d96-...`` that no launch reads."""
+    return 16 <= head_dim <= MAX_HEAD_DIM and head_dim & (head_dim - 1) == 0
+
+
 def run(args: argparse.Namespace) -> int:
+    unkeyed = [d for d in args.head_dims if not table_head_dim(d)]
+    if args.write and unkeyed:
+        print(f"tune: --write needs --head-dims that are table keys, powers of two in "
+              f"16..{MAX_HEAD_DIM} (the default launch pads D to one), got {unkeyed}",
+              file=sys.stderr)
+        return 2
     for d in args.head_dims:  # before any timing: a later problem would fail after minutes
         if not candidates(d, args.configs):
             print(f"tune: none of --configs fits D={d} (above D = 128 only BLOCK_N <= 64 with "
