@@ -3,9 +3,9 @@
     PYTHONPATH=src:. python -m pytest -q -n 8 -p no:cacheprovider reproduce/gpu/break8_checks.py
 
 1. scale = 0 (documented: the plain mean of the visible values) through the Gluon kernels:
-   their softmax masks S with -inf *before* multiplying by qk_scale, and -inf * 0 = NaN.
-   Expected today: the fa3-overlap / fa3-ws / default (tuned ws) cases FAIL with NaN output;
-   the Triton-kernel case passes.
+   their softmax masked S with -inf *before* multiplying by qk_scale, and -inf * 0 = NaN
+   (found in review at 67c4021; the shared softmax now scales first in masked blocks, as the
+   Triton kernel does). Expected: all cases pass.
 2. The persistent ws kernel with several tiles per program for every allowed (block_n,
    stages), both head dims and dtypes, GQA, top-left and bottom-right causal masks, ragged
    Lq/Lk, and grids of 132 (the H200's SMs: 448 tiles = 3 rounds + a partial odd round) and

@@ -35,14 +35,20 @@ from flashrepro.kernels.fwd import program_tile
 @gluon.jit
 def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
                   MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-    """One block's online-softmax update: returns (p, alpha, m_new, l_new), p unnormalised."""
+    """One block's online-softmax update: returns (p, alpha, m_new, l_new), p unnormalised.
+    ``m_i`` is finite from block 0 on: every row sees key 0 in this kernel's scope."""
     if MASKED:  # key tail past Lk and, for causal, keys right of each row's diagonal
         keep = gl.expand_dims(cols < seqlen_k, 0)
         if CAUSAL:
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + causal_offset)
-        s = gl.where(keep, s, float("-inf"))
-    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
+        # Scale before masking: -inf * qk_scale would be NaN for qk_scale == 0.
+        s = gl.where(keep, s * qk_scale, float("-inf"))
+        m_new = gl.maximum(m_i, gl.max(s, 1))
+        p = gl.exp2(s - gl.expand_dims(m_new, 1))
+    else:
+        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        # One FMA per score: scale and subtract the row max together.
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
     return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
 
