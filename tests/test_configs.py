@@ -171,3 +171,19 @@ def test_tune_writes_only_table_keys(head_dim: str, capsys: pytest.CaptureFixtur
     assert "--write needs --head-dims that are table keys" in capsys.readouterr().err
     assert [tune.table_head_dim(d) for d in (16, 64, 128, 256, 96, 8, 512)] == [
         True, True, True, True, False, False, False]
+
+
+@pytest.mark.parametrize("present", [True, False])
+def test_doctor_reports_the_tuned_table(present: bool, tmp_path, monkeypatch, capsys) -> None:
+    from flashrepro import env
+
+    table = tmp_path / "tuned.json"
+    if present:
+        table.write_text("{}\n")
+    monkeypatch.setattr(env, "TUNED_TABLE", table)
+    env.run(build_parser().parse_args(["doctor"]))
+    line = next(x for x in capsys.readouterr().out.splitlines() if "tuned table" in x)
+    if present:
+        assert line.endswith(str(table))
+    else:
+        assert f"none at {table}" in line and "install with -e" in line

@@ -145,8 +145,9 @@ FA3_OVERLAP = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tm
 
 On the H200 at the article problem: 29.1 µs = 0.475x torch flash causal, against 31.2 µs for the
 Triton default in the same rounds; 45.6 µs non-causal (Triton 46.1, cuDNN 35.9) and slower at
-B=4, L=4096 non-causal (1137 µs against 1106) (reproduce/NOTES.md, experiment 14). The tuned
-table's choice on sm_90 for D=128 causal, L >= 1024, where it won every length by 4-7 %."""
+B=4, L=4096 non-causal (1137 µs against 1106) (reproduce/NOTES.md, experiment 14). Since
+session 8 no tuned-table entry picks it: :data:`FA3_WS` beats it at every D=128 point (at the
+article problem causal 27.2 against 29.2 µs, experiment 16)."""
 
 FA3_WS = KernelConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, tma=True,
                       overlap=True, warp_specialize=True)
@@ -156,8 +157,10 @@ do not fit 227 KiB beside the Q and output tiles).
 On the H200, in interleaved rounds with torch's cuDNN backend (reproduce/NOTES.md, experiment
 15): 37.4 µs at the article problem non-causal (1.04x cuDNN's time, 0.63x torch flash; the
 Triton default 46.0), 865 µs at B=4, L=4096 non-causal (1.02x cuDNN), 494 µs there causal
-(0.99x cuDNN; the Gluon default 566); slower than :data:`FA3_OVERLAP` at the article problem
-causal (31.6 against 29.0 µs)."""
+(0.99x cuDNN; the Gluon default 566). With two Q buffers per consumer and the snake tile
+order (experiment 16): 36.7 µs non-causal (1.02x cuDNN, 0.618x torch flash) and 27.4 µs causal
+(0.78x cuDNN, 0.449x torch flash) in the gated run; the tuned default for 19 of the 24 sm_90
+table entries."""
 
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS,
                                   "fa3-overlap": FA3_OVERLAP, "fa3-ws": FA3_WS}

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 import triton
 
+from flashrepro.configs import TUNED_TABLE
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -146,6 +148,10 @@ def run(args: argparse.Namespace) -> int:
     for key, value in env.items():
         if key != "gpu":
             print(f"{key:>14}: {value}")
+    print(f"{'tuned table':>14}: " + (
+        str(TUNED_TABLE) if TUNED_TABLE.exists() else
+        f"none at {TUNED_TABLE}: the default launch uses the per-arch rules (a non-editable "
+        "install leaves the checkout's reproduce/tuned.json behind; install with -e)"))
     if env["gpu"] is None:
         print(f"{'gpu':>14}: none visible to torch (CUDA_VISIBLE_DEVICES="
               f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}; with Docker, run with "

@@ -141,7 +141,8 @@ def run(args: argparse.Namespace) -> int:
         from flashrepro.analysis.sass import sass_report
         sass = sass_report()
     if not torch.cuda.is_available():
-        print("reproduce: timing needs a CUDA GPU (torch sees none); SASS table only.")
+        print("reproduce: timing needs a CUDA GPU (torch sees none); "
+              + ("SASS table only." if sass is not None else "nothing to time (--no-sass)."))
         if sass is not None:
             print(sass["text"])
         if args.gate or args.update_baseline or env.require_gpu():

@@ -100,12 +100,18 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lengths", type=env.positive_int, nargs="+",
-                        default=[512, 1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--head-dims", type=env.positive_int, nargs="+", default=[64, 128])
-    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"])
-    parser.add_argument("--tokens", type=env.positive_int, default=16384, help="B·L per point")
-    parser.add_argument("--rounds", type=env.positive_int, default=3)
-    parser.add_argument("--calls", type=env.positive_int, default=10)
+                        default=[512, 1024, 2048, 4096, 8192, 16384],
+                        help="sequence lengths L = Lq = Lk (default: %(default)s)")
+    parser.add_argument("--head-dims", type=env.positive_int, nargs="+", default=[64, 128],
+                        help="head dims D (default: %(default)s)")
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"],
+                        help="input dtypes (default: %(default)s)")
+    parser.add_argument("--tokens", type=env.positive_int, default=16384,
+                        help="B·L per point (default: %(default)s)")
+    parser.add_argument("--rounds", type=env.positive_int, default=3,
+                        help="interleaved rounds per point (default: %(default)s)")
+    parser.add_argument("--calls", type=env.positive_int, default=10,
+                        help="timed calls per kernel per round (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
 
 

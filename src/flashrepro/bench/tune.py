@@ -102,13 +102,16 @@ def _config_arg(text: str) -> KernelConfig:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lengths", type=env.positive_int, nargs="+",
-                        default=[512, 1024, 2048, 4096, 8192, 16384])
-    parser.add_argument("--head-dims", type=env.positive_int, nargs="+", default=[64, 128])
-    parser.add_argument("--tokens", type=env.positive_int, default=16384, help="B·L per problem")
+                        default=[512, 1024, 2048, 4096, 8192, 16384],
+                        help="sequence lengths L = Lq = Lk (default: %(default)s)")
+    parser.add_argument("--head-dims", type=env.positive_int, nargs="+", default=[64, 128],
+                        help="head dims D (default: %(default)s)")
+    parser.add_argument("--tokens", type=env.positive_int, default=16384,
+                        help="B·L per problem (default: %(default)s)")
     parser.add_argument("--rounds", type=env.positive_int, default=5,
-                        help="interleaved rounds per problem")
+                        help="interleaved rounds per problem (default: %(default)s)")
     parser.add_argument("--calls", type=env.positive_int, default=10,
-                        help="timed calls per candidate per round")
+                        help="timed calls per candidate per round (default: %(default)s)")
     parser.add_argument("--configs", type=_config_arg, nargs="+", default=CANDIDATES,
                         metavar="CONFIG",
                         help="candidates to time instead of the default list: labels such as "
