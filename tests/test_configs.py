@@ -8,6 +8,7 @@ from flashrepro.bench import tune
 from flashrepro.cli import build_parser
 from flashrepro.configs import (
     ARTICLE,
+    FA3_WS,
     NAMED,
     P_IN_REGISTERS,
     KernelConfig,
@@ -187,3 +188,30 @@ def test_doctor_reports_the_tuned_table(present: bool, tmp_path, monkeypatch, ca
         assert line.endswith(str(table))
     else:
         assert f"none at {table}" in line and "install with -e" in line
+
+
+@pytest.mark.parametrize(("config", "block_m"), [(None, 64), ("fa3-ws", 128)])
+def test_a_table_gluon_entry_that_cannot_run_falls_back(
+        monkeypatch: pytest.MonkeyPatch, config: str | None, block_m: int) -> None:
+    """The table picks fa3-ws, but the Gluon kernels cannot run the call (here: the CPU
+    interpreter; on sm_90 e.g. D=96): the default launch runs the Triton kernel at
+    TRITON_FALLBACK's 64-row tiles, a config given explicitly keeps its own tiles; both right."""
+    import torch
+
+    from flashrepro import api
+    from tests.reference import check_parity, random_qkv
+
+    monkeypatch.setattr(api, "default_config", lambda *args: FA3_WS)
+    grids = []
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(grid)
+            return real[grid]
+
+    real = api.attn_fwd_kernel
+    monkeypatch.setattr(api, "attn_fwd_kernel", Spy())
+    b, h, lq, d = 1, 2, 200, 96
+    q, k, v = random_qkv(b, h, lq, lq, d, torch.float16, torch.device("cpu"))
+    check_parity(q, k, v, causal=True, config=config)
+    assert grids == [(b * h * -(-lq // block_m),)]

@@ -29,7 +29,7 @@ from flashrepro.analysis.rows import published_counts, torch_rows
 from flashrepro.analysis.torch_sass import ARTICLE_INSTANCE, installed_library, torch_flash_sass
 from flashrepro.api import interpreter_mode
 from flashrepro.bench.problem import load_article
-from flashrepro.configs import ARTICLE, NAMED, KernelConfig
+from flashrepro.configs import ARTICLE, NAMED, TRITON_FALLBACK, KernelConfig
 from tests.sass_cache import full_report
 
 PROBLEM, PUBLISHED = load_article()
@@ -186,16 +186,15 @@ def test_gluon_rows_are_counted_and_modelled() -> None:
 @pytest.mark.parametrize("entry", ["fa3-overlap", "fa3-ws"])
 def test_gluon_table_entry_off_the_wgmma_path(target: str, entry: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """A table entry with overlap (``tune --configs fa3-overlap --write`` on an A100 writes one:
-    it runs there, as the Triton kernel) counts as api.attention launches it off sm_90's
-    wgmma path: the Triton kernel, pointer loads below sm_90, no Gluon rows (dropping only
-    ``tma`` raised "overlap needs tma")."""
+    """A table entry with overlap (``tune --configs fa3-overlap --write`` on an A100 writes one)
+    counts as api.attention launches it off sm_90's wgmma path: the Triton kernel at
+    TRITON_FALLBACK, pointer loads below sm_90, no Gluon rows (dropping only ``tma`` raised
+    "overlap needs tma")."""
     monkeypatch.setattr(sass, "default_config", lambda *args: NAMED[entry])
     rows = sass._configs(target, PROBLEM)
     assert not [v for v, _, _ in rows if v.startswith("fwd_gluon")]
-    cfg = NAMED[entry]
-    assert ("fwd", dataclasses.replace(cfg, tma=target == "sm_90-mma.sync", overlap=False,
-                                       warp_specialize=False)) in [(v, c) for v, c, _ in rows]
+    assert ("fwd", dataclasses.replace(TRITON_FALLBACK, tma=target == "sm_90-mma.sync")) in [
+        (v, c) for v, c, _ in rows]
 
 
 @pytest.mark.parametrize("changed", [KernelConfig(64, 32, 4, 3), KernelConfig(64, 64, 8, 3)],

@@ -19,7 +19,14 @@ import torch
 import triton
 from triton.tools.tensor_descriptor import TensorDescriptor
 
-from flashrepro.configs import ARTICLE, NAMED, KernelConfig, default_config, launch_arch
+from flashrepro.configs import (
+    ARTICLE,
+    NAMED,
+    TRITON_FALLBACK,
+    KernelConfig,
+    default_config,
+    launch_arch,
+)
 from flashrepro.kernels import fwd_gluon, fwd_gluon_ws
 from flashrepro.kernels.article import article_fwd_kernel
 from flashrepro.kernels.fwd import attn_fwd_kernel
@@ -374,8 +381,11 @@ def attention(
         return_lse: also return the log-sum-exp of each row's scaled, masked scores (natural
             log), float32.
         config: a :class:`~flashrepro.configs.KernelConfig`, a name from
-            ``flashrepro.configs.NAMED`` (``'article'``, ``'p-in-registers'``), or None for
-            the per-arch default.
+            ``flashrepro.configs.NAMED`` (``'article'``, ``'p-in-registers'``,
+            ``'fa3-overlap'``, ``'fa3-ws'``), or None for the per-arch default
+            (:func:`~flashrepro.configs.default_config`). A given Gluon config
+            (``overlap=True``) that cannot run the call runs the Triton kernel at its tiles;
+            a default that is one runs it at :data:`~flashrepro.configs.TRITON_FALLBACK`.
         out: optional (B, H, Lq, D) tensor of q's dtype and device to write the output into;
             any strides whose elements do not overlap. It must share no element with k, v or
             q (``out = q`` itself is allowed); interleaved views of one buffer that share no
@@ -445,6 +455,8 @@ def attention(
         o_kernel = torch.empty(o.shape, dtype=o.dtype, device=o.device)
     use_tma = cfg.tma and _tma_ok(q, k, v, o_kernel, lk)
     use_gluon = use_tma and cfg.overlap and _overlap_ok(q, d, causal, causal_offset)
+    if config is None and cfg.overlap and not use_gluon:
+        cfg = TRITON_FALLBACK  # the table's tiles are the Gluon kernel's (see TRITON_FALLBACK)
     if use_tma and not use_gluon:
         q_arg, o_arg = (TensorDescriptor.from_tensor(t, [1, 1, cfg.block_m, block_d])
                         for t in (q, o_kernel))

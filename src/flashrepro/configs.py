@@ -162,6 +162,14 @@ order (experiment 16): 36.7 µs non-causal (1.02x cuDNN, 0.618x torch flash) and
 (0.78x cuDNN, 0.449x torch flash) in the gated run; the tuned default for 19 of the 24 sm_90
 table entries."""
 
+TRITON_FALLBACK = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True)
+"""The Triton kernel's launch where the tuned table picked a Gluon kernel that cannot run the
+call (D other than 64 or 128, bottom-right causal with Lq > Lk, inputs TMA cannot address):
+the table's tiles are the Gluon kernel's, not the Triton kernel's. On the H200, the Triton
+kernel at all 24 points of the table (reproduce/results/nvidia-h200/session5/retune-200us/
+tune.txt): this launch within 0-10 % of the best at every point, :data:`FA3_WS`'s tiles (128x128,
+8 warps, 2 stages) 13-51 % slower than it."""
+
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS,
                                   "fa3-overlap": FA3_OVERLAP, "fa3-ws": FA3_WS}
 

@@ -35,7 +35,14 @@ from flashrepro.analysis.offline_compile import TARGETS, KernelSass, KernelSpec,
 from flashrepro.analysis.rows import published_counts, torch_rows, triton_row
 from flashrepro.analysis.torch_sass import installed_library
 from flashrepro.bench.problem import Problem, load_article
-from flashrepro.configs import ARTICLE, FA3_WS, P_IN_REGISTERS, KernelConfig, default_config
+from flashrepro.configs import (
+    ARTICLE,
+    FA3_WS,
+    P_IN_REGISTERS,
+    TRITON_FALLBACK,
+    KernelConfig,
+    default_config,
+)
 
 SCHEMA = "flashrepro.sass/1"
 
@@ -50,8 +57,8 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     arch = TARGETS[target].arch
     default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                              TARGETS[target].config_arch)
-    if not TARGETS[target].wgmma:  # api.attention runs Gluon on sm_90's wgmma path only
-        default = dataclasses.replace(default, overlap=False, warp_specialize=False)
+    if not TARGETS[target].wgmma and default.overlap:
+        default = TRITON_FALLBACK  # api.attention runs Gluon on sm_90's wgmma path only
     if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90
         default = dataclasses.replace(default, tma=False)
     gluon = default  # where it is a Gluon kernel, also count the Triton kernel at its tiles
