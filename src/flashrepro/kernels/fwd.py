@@ -110,9 +110,6 @@ def _attn_stage(acc, l_i, m_i, q, K, V, kv_offs, stride_n, off_b, off_hkv,
     return acc, l_i, m_i
 
 
-# Lengths and the causal offset are never specialised: Triton would turn a value of 1 into a
-# constant, and with seqlen_k = 1 and causal_offset = 0 both constant, ptxas of triton 3.6 crashes
-# (segfault) on the 128x32, 4-warp, 2-stage sm_90 build. One binary per config also saves compiles.
 @triton.jit
 def program_tile(num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                  BLOCK_M: tl.constexpr):
@@ -150,6 +147,9 @@ def tile_coords(tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
     return start_m, off_b, off_h, off_hkv
 
 
+# Lengths and the causal offset are never specialised: Triton would turn a value of 1 into a
+# constant, and with seqlen_k = 1 and causal_offset = 0 both constant, ptxas of triton 3.6 crashes
+# (segfault) on the 128x32, 4-warp, 2-stage sm_90 build. One binary per config also saves compiles.
 @triton.jit(do_not_specialize=["seqlen_q", "seqlen_k", "causal_offset"])
 def attn_fwd_kernel(
     Q, K, V, O, LSE,
