@@ -199,20 +199,33 @@ def attn_fwd_gluon_kernel(
         mbarrier.invalidate(k_bar.index(i))
         mbarrier.invalidate(v_bar.index(i))
 
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    o = (acc / gl.expand_dims(l_o, 1)).to(dtype)
     o_smem = gl.allocate_shared_memory(dtype, [1, 1, BLOCK_M, HEAD_DIM], o_desc.layout)
-    o_smem.reshape([BLOCK_M, HEAD_DIM]).store(o)
+    store_output(acc, m_i, l_i, start_m * BLOCK_M, rows, o_smem, o_desc, off_b, off_h, LSE,
+                 stride_lb, stride_lh, seqlen_q, STORE_LSE)
+    tma.store_wait(pendings=0)
+
+
+@gluon.jit
+def store_output(acc, m_i, l_i, row0, rows, o_smem, o_desc, off_b, off_h, LSE, stride_lb,
+                 stride_lh, seqlen_q, STORE_LSE: gl.constexpr):
+    """The epilogue of query rows ``rows`` (``row0`` the first): normalise O once, store it
+    from ``o_smem`` (free: the caller's part) through TMA, and with STORE_LSE the rows'
+    natural-log LSE. The store is left in flight (``tma.store_wait`` is the caller's part too);
+    used by both Gluon kernels."""
+    ROWS: gl.constexpr = acc.type.shape[0]
+    HEAD_DIM: gl.constexpr = acc.type.shape[1]
+    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, acc.type.layout))
+    o = (acc / gl.expand_dims(l_o, 1)).to(o_smem.dtype)
+    o_smem.reshape([ROWS, HEAD_DIM]).store(o)
     fence_async_shared()
     # The copy engine drops rows past Lq.
-    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, start_m * BLOCK_M, 0], o_smem)
+    tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], o_smem)
     if STORE_LSE:
         # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
         lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
         lse_ptrs = (LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh
                     + rows)
         gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
-    tma.store_wait(pendings=0)
 
 
 def tma_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:

@@ -36,7 +36,6 @@ import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -44,7 +43,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from flashrepro.kernels.fwd import tile_coords
-from flashrepro.kernels.fwd_gluon import _key_blocks, _softmax_block, tma_descriptor
+from flashrepro.kernels.fwd_gluon import (
+    _key_blocks,
+    _softmax_block,
+    store_output,
+    tma_descriptor,
+)
 
 CONSUMER_ROWS = gl.constexpr(64)  # query rows per consumer warpgroup: one wgmma M tile
 NUM_CONSUMERS = gl.constexpr(2)  # consumer warpgroups per program
@@ -237,19 +241,9 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
 
-        l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-        o = (acc / gl.expand_dims(l_o, 1)).to(dtype)
         tma.store_wait(pendings=0)  # the previous tile's output has left o_tile
-        o_tile.reshape([CONSUMER_ROWS, HEAD_DIM]).store(o)
-        fence_async_shared()
-        # The copy engine drops rows past Lq.
-        tma.async_copy_shared_to_global(o_desc, [off_b, off_h, row0, 0], o_tile)
-        if STORE_LSE:
-            # Natural-log LSE: m_i and log2(l_i) are in base 2, ln(x) = log2(x)·ln(2).
-            lse = (m_i + gl.log2(l_i)) * 0.6931471805599453
-            lse_ptrs = (LSE + off_b.to(gl.int64) * stride_lb + off_h.to(gl.int64) * stride_lh
-                        + rows)
-            gl.store(lse_ptrs, lse, mask=rows < seqlen_q)
+        store_output(acc, m_i, l_i, row0, rows, o_tile, o_desc, off_b, off_h, LSE, stride_lb,
+                     stride_lh, seqlen_q, STORE_LSE)
         it += n_blocks
     tma.store_wait(pendings=0)
 
