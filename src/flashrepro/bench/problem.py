@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Any
 
 import torch
 
-from flashrepro.env import REPO_ROOT
+from flashrepro.env import REPO_ROOT, positive_int
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -75,3 +76,16 @@ def load_article(path: Path = ARTICLE_TOML) -> tuple[Problem, dict[str, Any]]:
                       seqlen_k=p["seqlen"], head_dim=p["head_dim"], dtype=p["dtype"],
                       causal=p["causal"])
     return problem, data["published"]
+
+
+def add_grid_arguments(parser: argparse.ArgumentParser, per: str) -> None:
+    """``--lengths``, ``--head-dims`` and ``--tokens``: the grid of problems (H = 16, B·L =
+    tokens) that ``tune`` and ``bench`` share, so the tuned table covers the sweep's points.
+    ``per``: what one problem is called in the help ("point", "problem")."""
+    parser.add_argument("--lengths", type=positive_int, nargs="+",
+                        default=[512, 1024, 2048, 4096, 8192, 16384],
+                        help="sequence lengths L = Lq = Lk (default: %(default)s)")
+    parser.add_argument("--head-dims", type=positive_int, nargs="+", default=[64, 128],
+                        help="head dims D (default: %(default)s)")
+    parser.add_argument("--tokens", type=positive_int, default=16384,
+                        help=f"B·L per {per} (default: %(default)s)")

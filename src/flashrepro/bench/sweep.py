@@ -21,7 +21,7 @@ from tabulate import tabulate
 
 from flashrepro import env
 from flashrepro.bench import kernels as K
-from flashrepro.bench.problem import Problem
+from flashrepro.bench.problem import Problem, add_grid_arguments
 from flashrepro.bench.reproduce import SCHEMA, results_dir
 from flashrepro.bench.timing import interleaved_rounds
 
@@ -99,15 +99,9 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lengths", type=env.positive_int, nargs="+",
-                        default=[512, 1024, 2048, 4096, 8192, 16384],
-                        help="sequence lengths L = Lq = Lk (default: %(default)s)")
-    parser.add_argument("--head-dims", type=env.positive_int, nargs="+", default=[64, 128],
-                        help="head dims D (default: %(default)s)")
+    add_grid_arguments(parser, "point")
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"],
                         help="input dtypes (default: %(default)s)")
-    parser.add_argument("--tokens", type=env.positive_int, default=16384,
-                        help="B·L per point (default: %(default)s)")
     parser.add_argument("--rounds", type=env.positive_int, default=3,
                         help="interleaved rounds per point (default: %(default)s)")
     parser.add_argument("--calls", type=env.positive_int, default=10,

@@ -22,7 +22,7 @@ from tabulate import tabulate
 from flashrepro import env
 from flashrepro.api import MAX_HEAD_DIM
 from flashrepro.bench import kernels as K
-from flashrepro.bench.problem import Problem
+from flashrepro.bench.problem import Problem, add_grid_arguments
 from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.configs import TUNED_TABLE, KernelConfig, launch_arch, length_bucket, table_key
 
@@ -101,13 +101,7 @@ def _config_arg(text: str) -> KernelConfig:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--lengths", type=env.positive_int, nargs="+",
-                        default=[512, 1024, 2048, 4096, 8192, 16384],
-                        help="sequence lengths L = Lq = Lk (default: %(default)s)")
-    parser.add_argument("--head-dims", type=env.positive_int, nargs="+", default=[64, 128],
-                        help="head dims D (default: %(default)s)")
-    parser.add_argument("--tokens", type=env.positive_int, default=16384,
-                        help="B·L per problem (default: %(default)s)")
+    add_grid_arguments(parser, "problem")
     parser.add_argument("--rounds", type=env.positive_int, default=5,
                         help="interleaved rounds per problem (default: %(default)s)")
     parser.add_argument("--calls", type=env.positive_int, default=10,
