@@ -44,38 +44,49 @@ CASES = [  # b, h, h_kv, lq, lk, d, causal, bottom_right, dtype
 ]
 
 
-def gluon_call(q, k, v, causal, cfg, out=None, lse=None, bottom_right=False):
-    bm, bn, stages, warps = cfg
+def launch_args(q, k, out, lse, bottom_right):
+    """(o, lse, heads_per_group, causal_offset, qk_scale) of a direct kernel launch, as
+    :func:`flashrepro.attention` would pass them; ``o``/``lse`` fresh where None."""
     b, h, lq, d = q.shape
     lk = k.shape[2]
     o = torch.empty_like(q) if out is None else out
     lse = torch.empty(b, h, lq, device=q.device) if lse is None else lse
-    hpg = _heads_per_group(b * h, lk, d, q)
-    offset = lk - lq if bottom_right else 0
+    return (o, lse, _heads_per_group(b * h, lk, d, q), lk - lq if bottom_right else 0,
+            LOG2_E / math.sqrt(d))
+
+
+def gluon_call(q, k, v, causal, cfg, out=None, lse=None, bottom_right=False):
+    bm, bn, stages, warps = cfg
+    o, lse, hpg, offset, qk_scale = launch_args(q, k, out, lse, bottom_right)
 
     def call():
-        fwd_gluon.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
+        fwd_gluon.launch(q, k, v, o, lse, causal=causal, qk_scale=qk_scale,
                          causal_offset=offset, heads_per_group=hpg, store_lse=True,
                          block_m=bm, block_n=bn, num_stages=stages, num_warps=warps)
         return o
     return call
 
 
-def parity() -> list[list]:
+def parity(configs=CONFIGS, cases=CASES, call=gluon_call, label=str) -> list[list]:
+    """Each config against each case: ``call(q, k, v, causal, cfg, o, lse, bottom_right)``
+    gives the launch; rows (``label(cfg)``, case, "ok" or the failure), each printed as it
+    comes. A probe: a failure is reported and the loop goes on."""
     rows = []
-    for cfg in CONFIGS:
-        for b, h, hkv, lq, lk, d, causal, br, dtype in CASES:
+    for cfg in configs:
+        for b, h, hkv, lq, lk, d, causal, br, dtype in cases:
             name = f"{b}x{h}/{hkv} {lq}x{lk} d{d} {'causal' if causal else 'full'}"
             name += " br" * br + f" {str(dtype)[6:]}"
             q, k, v = random_qkv(b, h, lq, lk, d, dtype, torch.device("cuda"), h_kv=hkv)
             o, lse = poisoned_like(q), torch.full((b, h, lq), float("nan"), device="cuda")
             try:
-                gluon_call(q, k, v, causal, cfg, o, lse, br)()
+                call(q, k, v, causal, cfg, o, lse, br)()
+                torch.cuda.synchronize()
                 assert_parity(o, lse, q, k, v, causal=causal, bottom_right=br)
-                rows.append([str(cfg), name, "ok"])
-            except Exception as exc:  # report and go on: this is a first run
-                rows.append([str(cfg), name, f"FAIL {type(exc).__name__}: {str(exc)[:90]}"])
+                rows.append([label(cfg), name, "ok"])
+            except Exception as exc:  # report and go on: a probe
+                rows.append([label(cfg), name, f"FAIL {type(exc).__name__}: {str(exc)[:90]}"])
                 traceback.print_exc(limit=2)
+            print(rows[-1], flush=True)
     return rows
 
 

@@ -19,7 +19,6 @@ the first five of those problems. With ``c`` (call C): the kernel now against th
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
@@ -30,7 +29,7 @@ from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds
 from reproduce.gpu import ws_before
 from reproduce.gpu.gluon_probe import gluon_call
-from reproduce.gpu.ws_probe import ws_call
+from reproduce.gpu.ws_probe import RATIO_HEADERS, ratio_rows, ws_call
 
 
 def problems() -> list[Problem]:
@@ -66,25 +65,15 @@ def timing(problem: Problem, rounds: int, mode: str = "a") -> list[list]:
         fns["ws now, p=tiles"] = ws_call(q, k, v, causal, (128, 2), None)
         fns["ws before, p=SMs"] = ws_call(q, k, v, causal, (128, 2), sms, module=ws_before)
         fns["fa3-overlap 64x64"] = gluon_call(q, k, v, causal, (64, 64, 3, 4))
-    per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=10)
-    flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
-    rows = []
-    for name, us in per_round.items():
-        vs_flash = statistics.median(a / b for a, b in zip(us, flash, strict=True))
-        vs_cudnn = statistics.median(a / b for a, b in zip(us, cudnn, strict=True))
-        rows.append([problem.key(), name, f"{statistics.median(us):.1f}",
-                     f"{problem.flops() / statistics.median(us) / 1e6:.0f}", f"{vs_flash:.3f}",
-                     f"{vs_cudnn:.3f}"])
-    return rows
+    return ratio_rows(problem, interleaved_rounds(fns, rounds=rounds, calls_per_round=10))
 
 
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     mode = sys.argv[2] if len(sys.argv) > 2 else "a"
     for problem in problems()[:5] if mode == "blocks" else problems():
-        print(tabulate(timing(problem, rounds, mode), ["problem", "kernel", "µs", "TFLOP/s",
-                                                 "vs torch flash", "vs cuDNN"],
-                       tablefmt="github"), flush=True)
+        print(tabulate(timing(problem, rounds, mode), RATIO_HEADERS, tablefmt="github"),
+              flush=True)
 
 
 if __name__ == "__main__":

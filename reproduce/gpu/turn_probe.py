@@ -17,7 +17,6 @@ from it. Run from the repository root on an H200:
 from __future__ import annotations
 
 import importlib.util
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -86,19 +85,11 @@ def main() -> None:
     from flashrepro.bench import kernels as K
     from flashrepro.bench.problem import Problem, load_article
     from flashrepro.bench.timing import interleaved_rounds
-    from reproduce.gpu.ws_probe import PARITY, WS_CASES, ws_call
-    from tests.reference import assert_parity, poisoned_like, random_qkv
+    from reproduce.gpu.ws_probe import RATIO_HEADERS, parity, ratio_rows, ws_call
 
     variant = load_variant()
     if sys.argv[1] == "parity":
-        for cfg, programs in PARITY:
-            for b, h, hkv, lq, lk, d, causal, br, dtype in WS_CASES:
-                q, k, v = random_qkv(b, h, lq, lk, d, dtype, torch.device("cuda"), h_kv=hkv)
-                o, lse = poisoned_like(q), torch.full((b, h, lq), float("nan"), device="cuda")
-                ws_call(q, k, v, causal, cfg, programs, o, lse, br, module=variant)()
-                torch.cuda.synchronize()
-                assert_parity(o, lse, q, k, v, causal=causal, bottom_right=br)
-                print("ok", cfg, programs, (b, h, hkv, lq, lk, d, causal, br, dtype), flush=True)
+        parity(module=variant)
         return
     article, _ = load_article()
     for batch, causal in ((2, False), (2, True), (16, False), (16, True)):
@@ -110,13 +101,8 @@ def main() -> None:
         fns["ws, turn on mbarriers"] = ws_call(q, k, v, causal, (128, 2), sms)
         fns["ws, turn on named barriers"] = ws_call(q, k, v, causal, (128, 2), sms,
                                                     module=variant)
-        per_round = interleaved_rounds(fns, rounds=30, calls_per_round=10)
-        cudnn = per_round["torch-cudnn"]
-        rows = [[problem.key(), name, f"{statistics.median(us):.1f}",
-                 f"{statistics.median(a / c for a, c in zip(us, cudnn, strict=True)):.3f}"]
-                for name, us in per_round.items()]
-        print(tabulate(rows, ["problem", "kernel", "µs", "vs cuDNN"], tablefmt="github"),
-              flush=True)
+        rows = ratio_rows(problem, interleaved_rounds(fns, rounds=30, calls_per_round=10))
+        print(tabulate(rows, RATIO_HEADERS, tablefmt="github"), flush=True)
 
 
 if __name__ == "__main__":

@@ -22,21 +22,18 @@ and only two consumers are kept; this script runs the kernel as it is now.
 
 from __future__ import annotations
 
-import math
 import statistics
 import sys
-import traceback
 
 import torch
 from tabulate import tabulate
 
-from flashrepro.api import _heads_per_group
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.kernels import fwd_gluon_ws
-from reproduce.gpu.gluon_probe import CASES, LOG2_E, gluon_call
-from tests.reference import assert_parity, poisoned_like, random_qkv
+from reproduce.gpu import gluon_probe
+from reproduce.gpu.gluon_probe import CASES, gluon_call, launch_args
 
 # (BLOCK_N, stages), programs ("sm": one per SM; None: one per tile)
 TIMED = [((128, 2), "sm"), ((128, 2), None)]
@@ -48,41 +45,43 @@ WS_CASES = [*CASES, (1, 2, 2, 50, 50, 128, True, False, torch.float16)]
 def ws_call(q, k, v, causal, cfg, num_programs, out=None, lse=None, bottom_right=False,
             module=fwd_gluon_ws):
     block_n, stages = cfg
-    b, h, lq, d = q.shape
-    lk = k.shape[2]
-    o = torch.empty_like(q) if out is None else out
-    lse = torch.empty(b, h, lq, device=q.device) if lse is None else lse
-    hpg = _heads_per_group(b * h, lk, d, q)
-    offset = lk - lq if bottom_right else 0
+    o, lse, hpg, offset, qk_scale = launch_args(q, k, out, lse, bottom_right)
 
     def run():
-        module.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
-                      causal_offset=offset, heads_per_group=hpg, store_lse=True,
-                      block_n=block_n, num_stages=stages, num_programs=num_programs)
+        module.launch(q, k, v, o, lse, causal=causal, qk_scale=qk_scale, causal_offset=offset,
+                      heads_per_group=hpg, store_lse=True, block_n=block_n, num_stages=stages,
+                      num_programs=num_programs)
         return o
     return run
 
 
-def parity() -> None:
-    rows = []
-    for cfg, programs in PARITY:
-        for b, h, hkv, lq, lk, d, causal, br, dtype in WS_CASES:
-            name = f"{b}x{h}/{hkv} {lq}x{lk} d{d} {'causal' if causal else 'full'}"
-            name += " br" * br + f" {str(dtype)[6:]}"
-            q, k, v = random_qkv(b, h, lq, lk, d, dtype, torch.device("cuda"), h_kv=hkv)
-            o, lse = poisoned_like(q), torch.full((b, h, lq), float("nan"), device="cuda")
-            try:
-                ws_call(q, k, v, causal, cfg, programs, o, lse, br)()
-                torch.cuda.synchronize()
-                assert_parity(o, lse, q, k, v, causal=causal, bottom_right=br)
-                rows.append([f"{cfg} p{programs}", name, "ok"])
-            except Exception as exc:  # report and go on: a probe
-                rows.append([f"{cfg} p{programs}", name,
-                             f"FAIL {type(exc).__name__}: {str(exc)[:90]}"])
-                traceback.print_exc(limit=2)
-            print(rows[-1], flush=True)
+def parity(module=fwd_gluon_ws) -> None:
+    """:func:`gluon_probe.parity` of ``module``'s kernel over :data:`PARITY` x
+    :data:`WS_CASES`."""
+    rows = gluon_probe.parity(
+        PARITY, WS_CASES,
+        lambda q, k, v, causal, cfg, o, lse, br: ws_call(q, k, v, causal, *cfg, o, lse, br,
+                                                         module=module),
+        label=lambda cfg: f"{cfg[0]} p{cfg[1]}")
     print(tabulate(rows, ["ws config (BLOCK_N, stages), programs", "case", "parity"],
                    tablefmt="github"))
+
+
+def ratio_rows(problem: Problem, per_round: dict[str, list[float]]) -> list[list]:
+    """One row per kernel of interleaved rounds (which include torch-flash and torch-cudnn):
+    median µs, TFLOP/s, and the medians of its per-round ratios to torch flash and cuDNN."""
+    flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
+    rows = []
+    for name, us in per_round.items():
+        vs_flash = statistics.median(a / b for a, b in zip(us, flash, strict=True))
+        vs_cudnn = statistics.median(a / b for a, b in zip(us, cudnn, strict=True))
+        rows.append([problem.key(), name, f"{statistics.median(us):.1f}",
+                     f"{problem.flops() / statistics.median(us) / 1e6:.0f}", f"{vs_flash:.3f}",
+                     f"{vs_cudnn:.3f}"])
+    return rows
+
+
+RATIO_HEADERS = ["problem", "kernel", "µs", "TFLOP/s", "vs torch flash", "vs cuDNN"]
 
 
 def timing(problem: Problem) -> list[list]:
@@ -95,16 +94,7 @@ def timing(problem: Problem) -> list[list]:
     for cfg, programs in TIMED:
         fns[f"gluon-ws {cfg} p{programs}"] = ws_call(
             q, k, v, problem.causal, cfg, sms if programs == "sm" else programs)
-    per_round = interleaved_rounds(fns, rounds=30, calls_per_round=10)
-    flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
-    rows = []
-    for name, us in per_round.items():
-        vs_flash = statistics.median(a / b for a, b in zip(us, flash, strict=True))
-        vs_cudnn = statistics.median(a / b for a, b in zip(us, cudnn, strict=True))
-        rows.append([problem.key(), name, f"{statistics.median(us):.1f}",
-                     f"{problem.flops() / statistics.median(us) / 1e6:.0f}", f"{vs_flash:.3f}",
-                     f"{vs_cudnn:.3f}"])
-    return rows
+    return ratio_rows(problem, interleaved_rounds(fns, rounds=30, calls_per_round=10))
 
 
 def main() -> None:
@@ -120,9 +110,7 @@ def main() -> None:
                 Problem(batch=4, heads=16, seqlen_q=4096, seqlen_k=4096, head_dim=128,
                         dtype="float16", causal=True)]
     for problem in problems:
-        rows = timing(problem)
-        print(tabulate(rows, ["problem", "kernel", "µs", "TFLOP/s", "vs torch flash",
-                              "vs cuDNN"], tablefmt="github"), flush=True)
+        print(tabulate(timing(problem), RATIO_HEADERS, tablefmt="github"), flush=True)
 
 
 if __name__ == "__main__":
