@@ -11,8 +11,12 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   ``bar.sync`` across all warps, which keeps two warpgroups in lockstep).
 - Register reallocation: the producer's warpgroup gives its registers up (``setmaxnreg`` 24)
   so each consumer can hold S, P and O of a 64 x BLOCK_N tile (240, FA3's split).
-- Ping-pong: the consumers take turns issuing their GEMMs (two mbarriers), so one's softmax
-  runs while the other's GEMMs use the tensor cores.
+- Ping-pong: the consumers take turns issuing their GEMMs, so one's softmax runs while the
+  other's GEMMs use the tensor cores. The turn passes on two named barriers, as FA3's
+  warp-scheduler barrier: a consumer waits with ``bar.sync`` and passes with ``bar.arrive``,
+  each thread on its own. (An mbarrier turn costs a warpgroup ``bar.sync`` before each
+  arrival, which Gluon inserts so that one thread can arrive for all 128: 1-2 % slower,
+  reproduce/NOTES.md experiment 17.)
 - Persistent grid: a program loops over tiles; slot and phase counters run on across tiles,
   and each consumer has two Q buffers, so the producer loads the next tile's Q, K and V while
   the consumers finish this one, and a tile's output leaves through its own shared-memory
@@ -61,6 +65,35 @@ NUM_WARPS = 4 * NUM_CONSUMERS.value  # consumer warps (the producer warp comes o
 MAXNREG = 168
 PRODUCER_REGS = gl.constexpr(24)  # setmaxnreg floor, as FA3's producer warpgroup
 CONSUMER_REGS = gl.constexpr(240)  # FA3's consumer share with two consumer warpgroups
+# Named barriers TURN_BARRIER + c (c = 0, 1): consumer c may issue its GEMMs. Gluon's
+# partitions use ids 0-2 (warp_specialize's setup, each partition's warpgroup barrier).
+TURN_BARRIER = gl.constexpr(8)
+
+
+@gluon.jit
+def _per_thread_ids(barrier_id):
+    """``barrier_id`` once per thread of a warpgroup: the operand of the inline PTX below,
+    which Gluon runs once per tensor element (Gluon has no named-barrier op)."""
+    per_thread: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.full([128], barrier_id, gl.int32, layout=per_thread)
+
+
+@gluon.jit
+def _wait_turn(CONSUMER: gl.constexpr):
+    """Block until the other consumer has passed the turn to ``CONSUMER``: ``bar.sync`` on
+    its named barrier for 256 threads, its own 128 and the other consumer's arriving 128."""
+    gl.inline_asm_elementwise("bar.sync $1, 256; mov.b32 $0, $1;", "=r,r",
+                              [_per_thread_ids(TURN_BARRIER + CONSUMER)], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+@gluon.jit
+def _pass_turn(CONSUMER: gl.constexpr):
+    """Pass the turn to the other consumer: each thread arrives on the other's named barrier
+    and goes on without waiting."""
+    gl.inline_asm_elementwise("bar.arrive $1, 256; mov.b32 $0, $1;", "=r,r",
+                              [_per_thread_ids(TURN_BARRIER + 1 - CONSUMER)], dtype=gl.int32,
+                              is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -106,7 +139,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
     consumer's free Q buffer, then K_j and V_j into the next slot as soon as the consumers
     have handed it back. Slots and phases run on across tiles, so the next tile's Q and first
     blocks load while the consumers finish this one."""
-    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, _ = bars
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
@@ -147,7 +180,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
               CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
     """One warpgroup: for each of this program's tiles, its 64 query rows against the tile's
     key blocks, then their output (stored while the next tile runs)."""
-    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn = bars
+    q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
     HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
@@ -168,8 +201,10 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
     s_zero = gl.zeros([CONSUMER_ROWS, BLOCK_N], gl.float32, layout=s_layout)
     it = 0  # key blocks consumed so far, over all tiles
-    turns = 0  # ping-pong turns taken so far, over all tiles
-    for local in range(_num_local_tiles(num_tiles)):
+    num_local = _num_local_tiles(num_tiles)
+    if CONSUMER == 1:
+        _pass_turn(CONSUMER)  # consumer 0 goes first
+    for local in range(num_local):
         tile = _schedule_tile(local)
         start_m, off_b, off_h, _, n_blocks = _tile_blocks(
             tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
@@ -190,13 +225,11 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
         # Ping-pong: the consumers take turns issuing their GEMMs, so one's GEMMs run while
         # the other's softmax does; a tile's first and last GEMMs take turns too, so the
-        # order holds across tiles. Consumer 0 goes first: its first wait is on the phase an
-        # mbarrier starts with complete.
-        mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
+        # order holds across tiles.
+        _wait_turn(CONSUMER)
         k0 = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
-        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-        turns += 1
+        _pass_turn(CONSUMER)
         s = warpgroup_mma_wait(0, deps=(s,))
         mbarrier.arrive(k_empty.index(slot), count=1)
         p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
@@ -210,13 +243,12 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             prev = (it + j - 1) % NUM_STAGES
             mbarrier.wait(k_ready.index(slot), ((it + j) // NUM_STAGES) & 1)
             mbarrier.wait(v_ready.index(prev), ((it + j - 1) // NUM_STAGES) & 1)
-            mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
+            _wait_turn(CONSUMER)
             kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
             s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
             v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
             acc = warpgroup_mma(p, v_prev, acc, is_async=True)
-            mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-            turns += 1
+            _pass_turn(CONSUMER)
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
             mbarrier.arrive(k_empty.index(slot), count=1)
             p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
@@ -233,11 +265,12 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         # -- the last block's P·V, then the epilogue: normalise once, store through TMA --
         last = it + n_blocks - 1
         mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
-        mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))
+        _wait_turn(CONSUMER)
         v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
         acc = warpgroup_mma(p, v_last, acc, is_async=True)
-        mbarrier.arrive(turn.index(1 - CONSUMER), count=1)
-        turns += 1
+        # Consumer 1's last turn of the program passes to nobody: no arrival is left pending.
+        if (CONSUMER == 0) | (local + 1 < num_local):
+            _pass_turn(CONSUMER)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
 
@@ -271,7 +304,7 @@ def attn_fwd_gluon_ws_kernel(
     # -- shared memory: two Q tiles and an output tile per consumer, K and V in NUM_STAGES
     # slots (224 KiB at D = 128, BLOCK_N = 128, 2 stages: sm_90 allows 227);
     # "ready" mbarriers complete on the TMA's bytes, "empty" ones on one arrival per consumer
-    # (per Q tile: its consumer's); "turn" c completes when consumer c may issue GEMMs --
+    # (per Q tile: its consumer's) --
     q_smem = gl.allocate_shared_memory(
         dtype, [NUM_CONSUMERS * Q_BUFFERS, 1, 1, CONSUMER_ROWS, HEAD_DIM], q_desc.layout)
     o_smem = gl.allocate_shared_memory(dtype, [NUM_CONSUMERS, 1, 1, CONSUMER_ROWS, HEAD_DIM],
@@ -288,9 +321,6 @@ def attn_fwd_gluon_ws_kernel(
     v_ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [NUM_CONSUMERS, 1], mbarrier.MBarrierLayout())
-    for c in gl.static_range(NUM_CONSUMERS):
-        mbarrier.init(turn.index(c), count=1)
     for qb in gl.static_range(NUM_CONSUMERS * Q_BUFFERS):
         mbarrier.init(q_ready.index(qb), count=1)
         mbarrier.init(q_empty.index(qb), count=1)
@@ -299,7 +329,7 @@ def attn_fwd_gluon_ws_kernel(
         mbarrier.init(v_ready.index(i), count=1)
         mbarrier.init(k_empty.index(i), count=NUM_CONSUMERS)
         mbarrier.init(v_empty.index(i), count=NUM_CONSUMERS)
-    bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty, turn)
+    bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
 
     producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
                      num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
