@@ -1,5 +1,8 @@
-"""Next experiment (prepared in session 8, not yet run): the ping-pong turn handed over with
-named barriers, as FA3's warp-scheduler barrier, instead of mbarriers.
+"""Session 9, call A (experiment 17; results in
+``reproduce/results/nvidia-h200/session9/a-named-barrier-turn/``): the ping-pong turn handed
+over with named barriers, as FA3's warp-scheduler barrier, instead of mbarriers. It won by
+0.5-1.9 % and the kernel has passed its turn that way since a71ef80, so the EDITS below match
+only the kernel as it was before (e6d106d); kept as the record of the call.
 
 NOTES experiment 16, call D: 7.5-12.4 % of each consumer's stall samples sit in the warpgroup
 ``BAR.SYNC 0x2, 0x80`` that Gluon emits before every ``mbarrier.arrive`` (all 128 threads meet,
@@ -8,8 +11,8 @@ then one arrives), the largest before a consumer passes the turn. Here a consume
 without waiting (inline PTX; named barriers 8 and 9 are above the ids Gluon's partitions use,
 0-2 in the SASS). Consumer 1 arrives once before its loop so that consumer 0 goes first.
 
-The variant is generated from the kernel as it is (:func:`variant_source`), so it cannot drift
-from it. Run from the repository root on an H200:
+The variant is generated from the kernel module by :func:`variant_source`. Run from the
+repository root on an H200, with the kernel at e6d106d:
 
     PYTHONPATH=src:. python reproduce/gpu/turn_probe.py parity|timing
 """

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# H200, session 9, last call (experiments 16-17 through the API):
+#  1. `tune --configs fa3-ws --against-table --write`: the warp-specialized kernel against each
+#     point's current table entry (24 points: L 512..16384, D 64/128, causal and not).
+#  2. `reproduce` with the new table, made the new baseline (history kept: the committed
+#     baselines are copied in first).
+#  3. The sweep (`bench`) with the new table.
+#
+#   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=$(git rev-parse HEAD) bash reproduce/gpu/session8_final.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src FLASHREPRO_REQUIRE_GPU=1
+OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
+trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$W/nvidia-smi.csv"
+start=$(date +%s)
+timeout 230 python3 -m flashrepro tune --rounds 3 --configs fa3-ws --against-table --write \
+  > "$W/tune.txt" 2>&1
+echo "tune rc=$? [$(($(date +%s) - start)) s]"; cp reproduce/tuned.json "$W/"; grep best "$W/tune.txt"
+cp -r reproduce/baselines "$W/baselines"
+timeout 150 python3 -m flashrepro reproduce --no-sass --out "$W" --update-baseline \
+  --baseline-dir "$W/baselines" > "$W/reproduce.txt" 2>&1
+echo "reproduce rc=$? [$(($(date +%s) - start)) s]"; head -24 "$W/reproduce.txt"
+timeout 170 python3 -m flashrepro bench --rounds 3 --calls 5 --out "$W" > "$W/bench.txt" 2>&1
+echo "bench rc=$? [$(($(date +%s) - start)) s]"; grep -E "^\| float16 +\| +128" "$W/bench.md"
