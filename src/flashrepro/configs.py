@@ -159,8 +159,10 @@ On the H200, in interleaved rounds with torch's cuDNN backend (reproduce/NOTES.m
 Triton default 46.0), 865 µs at B=4, L=4096 non-causal (1.02x cuDNN), 494 µs there causal
 (0.99x cuDNN; the Gluon default 566). With two Q buffers per consumer and the snake tile
 order (experiment 16): 36.7 µs non-causal (1.02x cuDNN, 0.618x torch flash) and 27.4 µs causal
-(0.78x cuDNN, 0.449x torch flash) in the gated run; the tuned default for 19 of the 24 sm_90
-table entries."""
+(0.78x cuDNN, 0.449x torch flash) in the gated run. With the turn on named barriers and a
+cheaper epilogue (experiment 17): 36.0 µs non-causal (1.00x cuDNN, 0.609x torch flash) and
+26.3 µs causal (0.75x cuDNN, 0.434x torch flash) in the gated run; the tuned default for 20 of
+the 24 sm_90 table entries."""
 
 TRITON_FALLBACK = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True)
 """The Triton kernel's launch where the tuned table picked a Gluon kernel that cannot run the
@@ -168,7 +170,9 @@ call (D other than 64 or 128, bottom-right causal with Lq > Lk, inputs TMA canno
 the table's tiles are the Gluon kernel's, not the Triton kernel's. On the H200, the Triton
 kernel at all 24 points of the table (reproduce/results/nvidia-h200/session5/retune-200us/
 tune.txt): this launch within 0-10 % of the best at every point, :data:`FA3_WS`'s tiles (128x128,
-8 warps, 2 stages) 13-51 % slower than it."""
+8 warps, 2 stages) 13-51 % slower than it. Re-timed on the H200 in session 9 (NOTES, experiment
+17): the default launch, which takes this config there, equals it and is 10-16 % faster than
+128x64 w8 s3 tma (D=96, D=80, bottom-right Lq > Lk)."""
 
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS,
                                   "fa3-overlap": FA3_OVERLAP, "fa3-ws": FA3_WS}
