@@ -27,3 +27,15 @@ def test_published_ratio_only_on_rows_of_the_article_problem() -> None:
     assert shown == {"article-kernel": "2.14 / 1.12", "torch-flash": "",
                      "article-kernel (non-causal)": "", "torch-flash (non-causal)": "",
                      "article-kernel (mma.sync)": "2.14 / 1.12", "torch-flash (mma.sync)": ""}
+
+
+def test_sweep_caption_names_the_grid_it_ran() -> None:
+    """The sweep's caption states the B·L it was given, not the default (a caption that always
+    said 16384 mislabelled `bench --tokens 8192`)."""
+    from flashrepro.bench.sweep import caption
+
+    environment = synthetic_env()
+    for tokens in (8192, 16384, 65536):
+        text = caption(environment, tokens)
+        assert f"B·L={tokens} " in text
+        assert environment["gpu"]["name"] in text and environment["torch"] in text

@@ -1,6 +1,7 @@
 """``python -m flashrepro bench``: the L x D x causal x dtype sweep against torch's backends.
 
-Every point has H = 16 and B·L = 16384 tokens (the shape of the cuDNN figures in issue 7).
+Every point has H = 16 and B·L = ``--tokens`` tokens, 16384 by default (the shape of the cuDNN
+figures in issue 7); B is at least 1.
 Each point times flashrepro (its per-arch default config), torch flash and torch cuDNN in
 interleaved rounds (:mod:`flashrepro.bench.timing`) and reports TFLOP/s of the medians.
 Outputs under ``reproduce/results/<gpu-key>/``: ``bench.json``, ``bench.md`` (tabulate) and
@@ -120,17 +121,23 @@ def run(args: argparse.Namespace) -> int:
                "method": {"timer": "cuda-events per call, L2 flushed", "rounds": args.rounds,
                           "calls_per_round": args.calls,
                           "statistic": "median of per-round medians",
-                          "flops": "4·B·H·L²·D, halved when causal"},
+                          "flops": "4·B·H·L²·D, halved when causal", "tokens": args.tokens},
                "points": points}
     out_dir = results_dir(args.out, environment["gpu"]["key"])
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps(results, indent=1) + "\n")
-    gpu = environment["gpu"]
-    caption = (f"{gpu['name']}, driver {gpu.get('driver', '?')}, torch {environment['torch']}, "
-               f"triton {environment['triton']}, {environment['date']}; H=16, B·L=16384; "
-               "CUDA events, L2 flushed, median of per-round medians.")
-    (out_dir / "bench.md").write_text(f"# Sweep\n\n{caption}\n\n{table(points, 'github')}\n")
-    plot(points, out_dir / "bench.png", caption)
+    text = caption(environment, args.tokens)
+    (out_dir / "bench.md").write_text(f"# Sweep\n\n{text}\n\n{table(points, 'github')}\n")
+    plot(points, out_dir / "bench.png", text)
     print(table(points, "simple"))
-    print(caption)
+    print(text)
     return 0
+
+
+def caption(environment: dict[str, Any], tokens: int) -> str:
+    """The table's and the plot's caption: GPU, versions, date, the grid's shape
+    (``tokens``: B·L per point, as :func:`sweep_problems`) and the timing method."""
+    gpu = environment["gpu"]
+    return (f"{gpu['name']}, driver {gpu.get('driver', '?')}, torch {environment['torch']}, "
+            f"triton {environment['triton']}, {environment['date']}; H=16, B·L={tokens} "
+            "(B at least 1); CUDA events, L2 flushed, median of per-round medians.")
