@@ -132,27 +132,12 @@ def _schedule_tile(local):
 
 
 @gluon.jit
-def _load_q(q_desc, q_smem, q_ready, q_empty, local, CONSUMER: gl.constexpr, start_m, off_b,
-            off_h):
-    """Consumer ``CONSUMER``'s Q tile of this program's tile ``local`` into its Q buffer
-    local % Q_BUFFERS. The buffer's previous use was this program's tile before last, so the
-    wait rarely blocks; an mbarrier starts with its phase-1 wait already complete, so the first
-    wait on each "empty" barrier passes at once."""
-    qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
-    mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)
-    mbarrier.expect(q_ready.index(qb), q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(
-        q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + CONSUMER) * CONSUMER_ROWS, 0],
-        q_ready.index(qb), q_smem.index(qb))
-
-
-@gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, num_heads,
               kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, num_tiles,
               CAUSAL: gl.constexpr):
     """One warp: for each of this program's tiles, each consumer's Q tile into that
-    consumer's free Q buffer and K_j, V_j into the next slot as soon as the consumers have
-    handed it back. Slots and phases run on across tiles, so the next tile's Q and first
+    consumer's free Q buffer, then K_j and V_j into the next slot as soon as the consumers
+    have handed it back. Slots and phases run on across tiles, so the next tile's Q and first
     blocks load while the consumers finish this one."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
@@ -164,10 +149,16 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
         start_m, off_b, off_h, off_hkv, n_blocks = _tile_blocks(
             tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
             causal_offset, TILE_M, BLOCK_N, CAUSAL)
-        # In the order of first use: consumer 0's Q and K_0, then consumer 1's Q (its first
-        # GEMM comes after consumer 0's), then V_0. At a program's start every SM loads at
-        # once, and each tile of Q, K or V takes its turn at the SM's share of HBM bandwidth.
-        _load_q(q_desc, q_smem, q_ready, q_empty, local, 0, start_m, off_b, off_h)
+        # Q buffer (c, local % 2): its previous use was this program's tile before last, so
+        # the wait rarely blocks. An mbarrier starts with its phase-1 wait already complete,
+        # so the first wait on each "empty" barrier passes at once.
+        for c in gl.static_range(NUM_CONSUMERS):
+            qb = c * Q_BUFFERS + local % Q_BUFFERS
+            mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)
+            mbarrier.expect(q_ready.index(qb), q_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(
+                q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + c) * CONSUMER_ROWS, 0],
+                q_ready.index(qb), q_smem.index(qb))
         for j in range(n_blocks):
             slot = it % NUM_STAGES
             empty_phase = ((it // NUM_STAGES) & 1) ^ 1
@@ -175,8 +166,6 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
             mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
                                             k_ready.index(slot), k_smem.index(slot))
-            if j == 0:
-                _load_q(q_desc, q_smem, q_ready, q_empty, local, 1, start_m, off_b, off_h)
             mbarrier.wait(v_empty.index(slot), empty_phase)
             mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
             tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
