@@ -6,7 +6,7 @@
 #     baselines are copied in first).
 #  3. The sweep (`bench`) with the new table.
 #
-#   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=$(git rev-parse HEAD) bash reproduce/gpu/session8_final.sh
+#   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=$(git rev-parse HEAD) bash reproduce/gpu/session9_final.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"

@@ -1,8 +1,10 @@
 """Session 9, call A (experiment 17; results in
 ``reproduce/results/nvidia-h200/session9/a-named-barrier-turn/``): the ping-pong turn handed
-over with named barriers, as FA3's warp-scheduler barrier, instead of mbarriers. It won by
-0.5-1.9 % and the kernel has passed its turn that way since a71ef80, so the EDITS below match
-only the kernel as it was before (e6d106d); kept as the record of the call.
+over with named barriers, as FA3's warp-scheduler barrier, instead of mbarriers. It was
+0.7-1.9 % faster at three of the four problems and equal at the article causal one, and the
+kernel has passed its turn that way since a71ef80 (which also skips consumer 1's last pass of
+a program; this variant leaves that arrival pending at exit), so the EDITS below match only
+the kernel as it was before (e6d106d); kept as the record of the call.
 
 NOTES experiment 16, call D: 7.5-12.4 % of each consumer's stall samples sit in the warpgroup
 ``BAR.SYNC 0x2, 0x80`` that Gluon emits before every ``mbarrier.arrive`` (all 128 threads meet,

@@ -2,10 +2,16 @@
 experiment 17 on).
 
 Each earlier state is the kernel module at a commit, written to a file and imported from its
-path (Triton's JIT needs the source file). On an H200, from the repository root:
+path (Triton's JIT needs the source file). The saved module still imports its helpers
+(``store_output``, the softmax, the tile order) from the tree under test: where those changed
+since (56f4f97 changed ``fwd_gluon.store_output``), save them too and point the import at the
+copy, or the earlier state runs with today's helpers. On an H200, from the repository root:
 
-    git show a71ef80:src/flashrepro/kernels/fwd_gluon_ws.py > /tmp/ws_a71ef80.py
-    PYTHONPATH=src:. python reproduce/gpu/variant_probe.py [--rounds N] [--problems K] \\
+    git show a71ef80:src/flashrepro/kernels/fwd_gluon.py > /tmp/fwd_gluon_a71ef80.py
+    git show a71ef80:src/flashrepro/kernels/fwd_gluon_ws.py \\
+        | sed 's/^from flashrepro.kernels.fwd_gluon import/from fwd_gluon_a71ef80 import/' \\
+        > /tmp/ws_a71ef80.py
+    PYTHONPATH=src:.:/tmp python reproduce/gpu/variant_probe.py [--rounds N] [--problems K] \\
         a71ef80=/tmp/ws_a71ef80.py ...
 
 Times, in interleaved rounds with the project's timer, flashrepro's default launch, torch's

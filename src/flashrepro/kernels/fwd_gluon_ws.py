@@ -15,8 +15,8 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   other's GEMMs use the tensor cores. The turn passes on two named barriers, as FA3's
   warp-scheduler barrier: a consumer waits with ``bar.sync`` and passes with ``bar.arrive``,
   each thread on its own. (An mbarrier turn costs a warpgroup ``bar.sync`` before each
-  arrival, which Gluon inserts so that one thread can arrive for all 128: 1-2 % slower,
-  reproduce/NOTES.md experiment 17.)
+  arrival, which Gluon inserts so that one thread can arrive for all 128: up to 2 % slower,
+  equal at the article causal problem; reproduce/NOTES.md experiment 17.)
 - Persistent grid: a program loops over tiles; slot and phase counters run on across tiles,
   and each consumer has two Q buffers, so the producer loads the next tile's Q, K and V while
   the consumers finish this one, and a tile's output leaves through its own shared-memory
@@ -32,7 +32,7 @@ intra-warpgroup overlap of :mod:`flashrepro.kernels.fwd_gluon`: the softmax of S
 P_{j-1}·V_{j-1} is on the tensor cores.
 
 Scope as :mod:`flashrepro.kernels.fwd_gluon` (the launcher checks it). Measured on the H200:
-reproduce/NOTES.md, experiments 15 and 16.
+reproduce/NOTES.md, experiments 15-17.
 """
 
 import torch
