@@ -70,6 +70,21 @@ def test_count_sass_classes_and_loops() -> None:
     assert counts.opcodes["LDSM.16.MT88.4"] == 1 and counts.opcodes["BRA"] == 3
 
 
+
+def test_count_sass_named_barriers() -> None:
+    """Named barriers by opcode as [id, threads] (0: no count, the whole CTA), distinct and
+    sorted; predicated ones included."""
+    listing = """\
+        /*0000*/                   BAR.SYNC.DEFER_BLOCKING 0x9, 0x100 ;
+        /*0010*/               @!P4  BAR.ARV 0x8, 0x100 ;
+        /*0020*/                   BAR.SYNC.DEFER_BLOCKING 0x1 ;
+        /*0030*/                   BAR.SYNC.DEFER_BLOCKING 0x2, 0x80 ;
+        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x9, 0x100 ;
+        /*0050*/                   EXIT ;
+"""
+    assert count_sass(listing).barriers == {
+        "BAR.ARV": [[8, 256]], "BAR.SYNC.DEFER_BLOCKING": [[1, 0], [2, 128], [9, 256]]}
+
 TTGIR = """\
 module {
   tt.func public @k(%Q: !tt.ptr<f16>) attributes {noinline = false} {
@@ -180,6 +195,26 @@ def test_gluon_rows_are_counted_and_modelled() -> None:
     assert (gluon.counts.classes["HGMMA"], gluon.counts.loop_classes["HGMMA"]) == (24, 12)
     assert (prediction.total["HGMMA"], prediction.in_loops["HGMMA"]) == (24, 12)
     assert gluon.counts.classes["LDSM"] == 0
+
+
+def test_the_ws_turn_has_named_barriers_of_its_own() -> None:
+    """The warp-specialized kernel passes its ping-pong turn on named barriers TURN_BARRIER and
+    TURN_BARRIER + 1 for both consumers' 256 threads (inline PTX, since Gluon has no such op);
+    every barrier the compiler adds itself (warp_specialize's setup, each partition's
+    warpgroup barrier) must use another, lower id, or the turn would count their arrivals: a
+    hang or a race. Fails when a Triton upgrade takes ids 8 or 9, or when the turn's inline
+    PTX loses its barriers."""
+    from flashrepro.kernels.fwd_gluon_ws import TURN_BARRIER
+
+    ws = next(r for r in full_report()["targets"]["sm_90"]["rows"]
+              if r["variant"] == "fwd_gluon_ws")
+    barriers = ws["counts"]["barriers"]
+    turn = [[TURN_BARRIER.value, 256], [TURN_BARRIER.value + 1, 256]]
+    assert barriers["BAR.ARV"] == turn  # each consumer passes, without waiting
+    syncs = barriers["BAR.SYNC.DEFER_BLOCKING"]
+    assert all(b in syncs for b in turn)  # and waits for its turn
+    assert [b for b in syncs if b not in turn and b[0] >= TURN_BARRIER.value] == []
+    assert any(b[0] < TURN_BARRIER.value for b in syncs)  # the compiler's own are counted too
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90-mma.sync"])

@@ -13,7 +13,7 @@ import re
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import triton
@@ -22,6 +22,9 @@ _ADDR_PRED = r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d)\s+)?"  # /*0a10*/ [@!P0 
 _INSTRUCTION = re.compile(_ADDR_PRED + r"([A-Z][A-Za-z0-9_.]*)")
 _BACKWARD_BRANCH = re.compile(_ADDR_PRED + r"BRA(?:\.[A-Z.]+)?\s+0x([0-9a-f]+)")
 _EXIT = re.compile(_ADDR_PRED + r"EXIT\b")
+# BAR.SYNC.DEFER_BLOCKING 0x8, 0x100 / BAR.ARV 0x9, 0x100 / BAR.SYNC.DEFER_BLOCKING 0x1:
+# a literal barrier id and, where given, the thread count
+_NAMED_BARRIER = re.compile(_ADDR_PRED + r"(BAR\.[A-Z_.]+)\s+0x([0-9a-f]+)(?:,\s*0x([0-9a-f]+))?")
 _RESOURCES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 
 _ASYNC_COPIES = ("LDGSTS", "UTMALDG", "UTMASTG", "UTMAPF", "UTMAREDG",
@@ -65,11 +68,16 @@ class SassCounts:
         loop_classes: the same classes counted only inside loop bodies (the address ranges
             closed by a backward branch), so per-iteration work can be told from the
             prologue and epilogue.
+        barriers: the distinct ``[id, threads]`` each ``BAR.*`` opcode with a literal
+            barrier id uses, sorted (``{"BAR.ARV": [[8, 256], [9, 256]], ...}``; threads 0:
+            no count given, the whole CTA): which hardware barriers a kernel takes (the
+            warp-specialized kernel's turn uses ids of its own beside the compiler's).
     """
 
     opcodes: dict[str, int]
     classes: dict[str, int]
     loop_classes: dict[str, int]
+    barriers: dict[str, list[list[int]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -144,8 +152,14 @@ def count_sass(sass: str) -> SassCounts:
     loops = loop_ranges(sass)
     ops = Counter(op for _, op in instructions)
     in_loops = Counter(op for a, op in instructions if any(lo <= a <= hi for lo, hi in loops))
+    barriers: dict[str, set[tuple[int, int]]] = {}
+    for m in _NAMED_BARRIER.finditer(sass):
+        threads = int(m.group(4), 16) if m.group(4) else 0
+        barriers.setdefault(m.group(2), set()).add((int(m.group(3), 16), threads))
     return SassCounts(opcodes=dict(sorted(ops.items())), classes=_classify(ops),
-                      loop_classes=_classify(in_loops))
+                      loop_classes=_classify(in_loops),
+                      barriers={op: [list(b) for b in sorted(bs)]
+                                for op, bs in sorted(barriers.items())})
 
 
 def parse_resources(text: str) -> Resources:

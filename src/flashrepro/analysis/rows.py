@@ -124,12 +124,12 @@ def _published_entry(published: dict[str, int] | None,
 
 
 def _counts(result: KernelSass | TorchKernelSass) -> dict[str, Any]:
-    """Class counts (all, in loops) and the opcodes of the classes; the full opcode table is
-    in the golden file."""
+    """Class counts (all, in loops), the opcodes of the classes and the named barriers used;
+    the full opcode table is in the golden file."""
     ops = {op: n for op, n in result.counts.opcodes.items()
            if any(pred(op) for pred in CLASSES.values())}
     return {"classes": result.counts.classes, "loop_classes": result.counts.loop_classes,
-            "opcodes": ops}
+            "opcodes": ops, "barriers": result.counts.barriers}
 
 
 def triton_row(result: KernelSass, golden_status: str, role: str,
