@@ -215,3 +215,19 @@ def test_a_table_gluon_entry_that_cannot_run_falls_back(
     q, k, v = random_qkv(b, h, lq, lq, d, torch.float16, torch.device("cpu"))
     check_parity(q, k, v, causal=True, config=config)
     assert grids == [(b * h * -(-lq // block_m),)]
+
+
+def test_tune_keeps_the_incumbent_unless_beaten_by_the_margin() -> None:
+    """`tune --against-table`: a challenger replaces the table's entry only when faster by more
+    than --min-gain; without an incumbent (or one that did not run) the fastest wins."""
+    times = {"a": 352.8, "b": 354.5, "c": 360.0}
+    assert tune.winner(times, "b", 0.01) == "b"  # 0.5 % faster: a tie, the entry stays
+    assert tune.winner(times, "c", 0.01) == "a"  # 2 % faster: the challenger wins
+    assert tune.winner(times, "b", 0.0) == "a"
+    assert tune.winner(times, None, 0.01) == "a"
+    assert tune.winner(times, "gone", 0.01) == "a"  # the incumbent failed: not in times
+    args = build_parser().parse_args(["tune", "--against-table"])
+    assert args.min_gain == 1.0
+    for bad in ("-1", "100", "x"):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["tune", "--min-gain", bad])
