@@ -22,8 +22,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+DESCRIPTION = ("A Triton FlashAttention-2 forward kernel and the rerun of its published analysis: "
+               "timings vs torch SDPA (GPU), SASS counts (any Linux machine), the regression "
+               "gate. Options of each subcommand: flashrepro SUBCOMMAND --help. The nox "
+               "sessions (README) are thin calls to these.")
+"""What ``flashrepro --help`` says above the list of subcommands (the module docstring is for
+developers)."""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flashrepro", description=__doc__)
+    parser = argparse.ArgumentParser(prog="flashrepro", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
