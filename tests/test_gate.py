@@ -7,6 +7,7 @@ with heavy tails, drift shared by the kernels of a round, run-to-run machine fac
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 
@@ -715,3 +716,17 @@ def test_gpu_key_that_is_not_its_names_is_refused(tmp_path: Path) -> None:
         with pytest.raises(ResultsError, match=r"is not the key of its GPU name"):
             update_baseline(_run(2, env=env), tmp_path / "baselines")
     assert not (tmp_path / "evil").exists()
+
+
+def test_the_baseline_path_is_shown_relative_to_the_checkout(tmp_path: Path) -> None:
+    """Results and summaries name a baseline inside the repository by its path from the root
+    (committed results must not carry the absolute path of the machine that made them); one
+    outside it by its absolute path."""
+    from flashrepro.bench.reproduce import BASELINE_DIR
+
+    outside = check(_run(2), tmp_path / "none")
+    assert outside.as_dict()["baseline"] == str(outside.baseline_path)
+    assert outside.as_dict()["baseline"].startswith(str(tmp_path))
+    inside = dataclasses.replace(outside, baseline_path=BASELINE_DIR / "gpu" / "p.json")
+    assert inside.as_dict()["baseline"] == "reproduce/baselines/gpu/p.json"
+    assert "`reproduce/baselines/gpu/p.json`" in inside.markdown

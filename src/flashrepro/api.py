@@ -98,7 +98,9 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
         if t.dim() != 4:
             raise ValueError(f"{name} must have 4 dims (B, H, L, D), got shape {tuple(t.shape)}")
         if t.dtype not in SUPPORTED_DTYPES:
-            raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {_dtype_names()}")
+            where = " (bfloat16 on a GPU only)" if t.device.type == "cpu" else ""
+            raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {_dtype_names()}"
+                            f"{where}")
     assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
     assert isinstance(v, torch.Tensor)
     if not q.dtype == k.dtype == v.dtype:

@@ -116,11 +116,22 @@ class Verdict:
         from flashrepro.gate.markdown import render
         return render(self)
 
+    @property
+    def shown_baseline(self) -> str:
+        """The baseline's path as results and summaries show it: relative to the repository
+        root when inside it (so committed results do not carry the path of the checkout
+        that made them), else absolute."""
+        from flashrepro.env import REPO_ROOT
+        try:
+            return str(self.baseline_path.resolve().relative_to(REPO_ROOT))
+        except ValueError:
+            return str(self.baseline_path)
+
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, stored under ``"gate"`` in the results JSON."""
         return {
             "status": self.status, "exit_code": int(self.exit_code),
-            "baseline": str(self.baseline_path), "gpu_key": self.gpu_key,
+            "baseline": self.shown_baseline, "gpu_key": self.gpu_key,
             "problem_key": self.problem_key, "baseline_commit": self.baseline_commit,
             "baseline_date": self.baseline_date, "settings": self.settings.as_dict(),
             "comparisons": [c.as_dict() for c in self.comparisons],

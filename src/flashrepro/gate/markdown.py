@@ -62,7 +62,7 @@ def comparison_table(comparisons: list[Comparison], full: bool = True) -> str:
 def _no_baseline(v: Verdict) -> list[str]:
     results = v.results_path or "<results JSON>"
     return [f"No baseline for GPU `{v.gpu_key}` and problem `{v.problem_key}` "
-            f"(looked for `{v.baseline_path}`).", "",
+            f"(looked for `{v.shown_baseline}`).", "",
             "Create one from this run, check it, and commit it:", "", "```bash",
             f"python -m flashrepro gate --results {results} --update-baseline", "```"]
 
@@ -93,7 +93,7 @@ def _drift(v: Verdict) -> list[str]:
 def render(v: Verdict) -> str:
     """The whole summary of a verdict, markdown."""
     lines = [f"### flashrepro performance gate: {HEADLINES[v.status]} (exit {int(v.exit_code)})",
-             "", f"GPU `{v.gpu_key}`, problem `{v.problem_key}`, baseline `{v.baseline_path}`"
+             "", f"GPU `{v.gpu_key}`, problem `{v.problem_key}`, baseline `{v.shown_baseline}`"
              + (f" (commit `{(v.baseline_commit or 'unknown')[:12]}`, {v.baseline_date})"
                 if v.baseline_date else "") + ".", ""]
     if v.status == "no-baseline" and not v.comparisons:
@@ -102,7 +102,7 @@ def render(v: Verdict) -> str:
         lines += _mismatch(v)
     elif v.status == "baseline-updated" and not v.comparisons:
         lines += ["This run is now the baseline, the first entry of its history. Commit "
-                  f"`{v.baseline_path}`."]
+                  f"`{v.shown_baseline}`."]
     else:
         if v.status == "baseline-updated":
             lines += ["This run is now the baseline (commit the file). Its comparison with the "
