@@ -310,3 +310,18 @@ def test_out_partly_overlaps_q(device: torch.device) -> None:
     _, k, v = random_qkv(2, 4, 8, 8, 16, torch.float16, device)
     with pytest.raises(ValueError, match=r"^out must not share memory with q"):
         flashrepro.attention(q, k, v, out=out)
+
+
+@pytest.mark.parametrize("consumers,d", [(1, 64), (4, 64), (3, 128)])
+def test_ws_launch_refuses_consumer_counts_it_has_no_registers_for(consumers: int, d: int) -> None:
+    """The warp-specialized kernel runs 2 consumer warpgroups, or 3 at D = 64 (FA3's 192-row
+    tile: 160 registers each would spill at D = 128); anything else is refused, by rule,
+    before any launch."""
+    from flashrepro.kernels import fwd_gluon_ws
+
+    q = torch.randn(1, 2, 64, d)
+    with pytest.raises(ValueError, match=rf"num_consumers must be 2, or 3 with D = 64; got "
+                                         rf"{consumers} with D = {d}"):
+        fwd_gluon_ws.launch(q, q, q, q, torch.empty(1, 2, 64), causal=False, qk_scale=1.0,
+                            causal_offset=0, heads_per_group=1, store_lse=False, block_n=128,
+                            num_stages=2, num_programs=None, num_consumers=consumers)

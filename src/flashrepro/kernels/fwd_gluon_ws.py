@@ -11,12 +11,13 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   ``bar.sync`` across all warps, which keeps two warpgroups in lockstep).
 - Register reallocation: the producer's warpgroup gives its registers up (``setmaxnreg`` 24)
   so each consumer can hold S, P and O of a 64 x BLOCK_N tile (240, FA3's split).
-- Ping-pong: the consumers take turns issuing their GEMMs, so one's softmax runs while the
-  other's GEMMs use the tensor cores. The turn passes on two named barriers, as FA3's
-  warp-scheduler barrier: a consumer waits with ``bar.sync`` and passes with ``bar.arrive``,
-  each thread on its own. (An mbarrier turn costs a warpgroup ``bar.sync`` before each
-  arrival, which Gluon inserts so that one thread can arrive for all 128: up to 2 % slower,
-  equal at the article causal problem; reproduce/NOTES.md experiment 17.)
+- Ping-pong: the consumers take turns issuing their GEMMs (round robin), so one's softmax runs
+  while another's GEMMs use the tensor cores. The turn passes on a named barrier per
+  consumer, as FA3's warp-scheduler barrier: a consumer waits with ``bar.sync`` and passes
+  with ``bar.arrive``, each thread on its own. (An mbarrier turn costs a warpgroup
+  ``bar.sync`` before each arrival, which Gluon inserts so that one thread can arrive for all
+  128: up to 2 % slower, equal at the article causal problem; reproduce/NOTES.md experiment
+  17.)
 - Persistent grid: a program loops over tiles; slot and phase counters run on across tiles,
   and each consumer has two Q buffers, so the producer loads the next tile's Q, K and V while
   the consumers finish this one, and a tile's output leaves through its own shared-memory
@@ -24,7 +25,8 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   rounds, backwards in odd ones): under a causal mask the tiles come heaviest first, so the
   program with a round's heaviest tile gets the next round's lightest.
 
-A tile is BLOCK_M = 128 query rows; consumer warpgroup c owns rows [64·c, 64·c + 64) of it,
+A tile is 128 query rows (two consumers; three give FA3's 192-row tile for D = 64, an
+experiment); consumer warpgroup c owns rows [64·c, 64·c + 64) of it,
 with its own Q tile, running max/sum and accumulator, and both consumers read the same K/V
 slots. Under a causal mask both walk the tile's key range (that of its last row); blocks
 right of a row's diagonal are masked to zero for that row. Each consumer keeps the
@@ -55,18 +57,16 @@ from flashrepro.kernels.fwd_gluon import (
 )
 
 CONSUMER_ROWS = gl.constexpr(64)  # query rows per consumer warpgroup: one wgmma M tile
-NUM_CONSUMERS = gl.constexpr(2)  # consumer warpgroups per program
 Q_BUFFERS = gl.constexpr(2)  # Q tiles per consumer: the next tile's loads during this one
-BLOCK_M = CONSUMER_ROWS.value * NUM_CONSUMERS.value  # query rows per tile
-NUM_WARPS = 4 * NUM_CONSUMERS.value  # consumer warps (the producer warp comes on top)
-# Registers per thread: 12 warps (the producer warp takes a warpgroup's slot) share the 64 Ki
-# register file at launch (MAXNREG each); setmaxnreg then moves the producer warpgroup's
-# share to the consumers: 128·(2·240 + 24) = 64512 <= 12·32·168.
-MAXNREG = 168
 PRODUCER_REGS = gl.constexpr(24)  # setmaxnreg floor, as FA3's producer warpgroup
-CONSUMER_REGS = gl.constexpr(240)  # FA3's consumer share with two consumer warpgroups
-# Named barriers TURN_BARRIER + c (c = 0, 1): consumer c may issue its GEMMs. Gluon's
-# partitions use ids 0-2 (warp_specialize's setup, each partition's warpgroup barrier).
+# Registers per thread by consumer count n: (each consumer's after setmaxnreg, every thread's
+# at launch). (n + 1) warpgroups (the producer warp takes one's slot) share the 64 Ki register
+# file at launch; setmaxnreg then moves the producer warpgroup's share to the consumers:
+# 128·(2·240 + 24) = 64512 <= 12·32·168 (FA3's split with two consumers), and
+# 128·(3·160 + 24) = 64512 <= 16·32·128 (FA3's three consumers of its D = 64 tile).
+REGISTERS = {2: (240, 168), 3: (160, 128)}
+# Named barriers TURN_BARRIER + c: consumer c may issue its GEMMs. Gluon's partitions use
+# ids 0-2 (warp_specialize's setup, each partition's warpgroup barrier).
 TURN_BARRIER = gl.constexpr(8)
 
 
@@ -80,20 +80,20 @@ def _per_thread_ids(barrier_id):
 
 @gluon.jit
 def _wait_turn(CONSUMER: gl.constexpr):
-    """Block until the other consumer has passed the turn to ``CONSUMER``: ``bar.sync`` on
-    its named barrier for 256 threads, its own 128 and the other consumer's arriving 128."""
+    """Block until the previous consumer has passed the turn to ``CONSUMER``: ``bar.sync`` on
+    its named barrier for 256 threads, its own 128 and the passing consumer's 128."""
     gl.inline_asm_elementwise("bar.sync $1, 256; mov.b32 $0, $1;", "=r,r",
                               [_per_thread_ids(TURN_BARRIER + CONSUMER)], dtype=gl.int32,
                               is_pure=False, pack=1)
 
 
 @gluon.jit
-def _pass_turn(CONSUMER: gl.constexpr):
-    """Pass the turn to the other consumer: each thread arrives on the other's named barrier
-    and goes on without waiting."""
+def _pass_turn(CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr):
+    """Pass the turn to the next consumer (round robin): each thread arrives on its named
+    barrier and goes on without waiting."""
     gl.inline_asm_elementwise("bar.arrive $1, 256; mov.b32 $0, $1;", "=r,r",
-                              [_per_thread_ids(TURN_BARRIER + 1 - CONSUMER)], dtype=gl.int32,
-                              is_pure=False, pack=1)
+                              [_per_thread_ids(TURN_BARRIER + (CONSUMER + 1) % NUM_CONSUMERS)],
+                              dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
@@ -142,6 +142,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+    NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0] // Q_BUFFERS
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
     it = 0  # key blocks issued so far, over all tiles
     for local in range(_num_local_tiles(num_tiles)):
@@ -184,6 +185,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
     HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
+    NUM_CONSUMERS: gl.constexpr = o_smem.type.shape[0]
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
     dtype: gl.constexpr = k_smem.dtype
 
@@ -202,8 +204,8 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
     s_zero = gl.zeros([CONSUMER_ROWS, BLOCK_N], gl.float32, layout=s_layout)
     it = 0  # key blocks consumed so far, over all tiles
     num_local = _num_local_tiles(num_tiles)
-    if CONSUMER == 1:
-        _pass_turn(CONSUMER)  # consumer 0 goes first
+    if CONSUMER == NUM_CONSUMERS - 1:
+        _pass_turn(CONSUMER, NUM_CONSUMERS)  # consumer 0 goes first
     for local in range(num_local):
         tile = _schedule_tile(local)
         start_m, off_b, off_h, _, n_blocks = _tile_blocks(
@@ -229,7 +231,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         _wait_turn(CONSUMER)
         k0 = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
-        _pass_turn(CONSUMER)
+        _pass_turn(CONSUMER, NUM_CONSUMERS)
         s = warpgroup_mma_wait(0, deps=(s,))
         mbarrier.arrive(k_empty.index(slot), count=1)
         p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
@@ -248,7 +250,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
             v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
             acc = warpgroup_mma(p, v_prev, acc, is_async=True)
-            _pass_turn(CONSUMER)
+            _pass_turn(CONSUMER, NUM_CONSUMERS)
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
             mbarrier.arrive(k_empty.index(slot), count=1)
             p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
@@ -268,9 +270,10 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         _wait_turn(CONSUMER)
         v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
         acc = warpgroup_mma(p, v_last, acc, is_async=True)
-        # Consumer 1's last turn of the program passes to nobody: no arrival is left pending.
-        if (CONSUMER == 0) | (local + 1 < num_local):
-            _pass_turn(CONSUMER)
+        # The last consumer's last turn of the program passes to nobody: no arrival is left
+        # pending.
+        if (CONSUMER != NUM_CONSUMERS - 1) | (local + 1 < num_local):
+            _pass_turn(CONSUMER, NUM_CONSUMERS)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
 
@@ -288,11 +291,13 @@ def attn_fwd_gluon_ws_kernel(
     num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
     qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
-    CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr,
+    CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
 ):
-    """Persistent: G programs (at most one per tile) take the tiles of 128 query rows in
-    :func:`flashrepro.kernels.fwd.tile_coords`' order, round by round, in :func:`_schedule_tile`'s
-    snake order; launched with num_warps=4 (the first consumer, the default partition).
+    """Persistent: G programs (at most one per tile) take the tiles of 64·NUM_CONSUMERS query
+    rows in :func:`flashrepro.kernels.fwd.tile_coords`' order, round by round, in
+    :func:`_schedule_tile`'s snake order; launched with num_warps=4 (the first consumer, the
+    default partition). NUM_CONSUMERS 2 or 3 (with CONSUMER_REGS from :data:`REGISTERS`).
 
     q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, 64, D];
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
@@ -334,23 +339,44 @@ def attn_fwd_gluon_ws_kernel(
     producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
                      num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
                      num_tiles, CAUSAL)
-    gl.warp_specialize([
-        (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
-                     num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
-                     causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL, STORE_LSE)),
-        (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
-                     num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
-                     causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL, STORE_LSE)),
-        (_producer, producer_args),
-    ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    # Consumer 0 is the default partition (the launch's 4 warps); the other consumers and the
+    # producer warp are workers, each with its register budget.
+    if NUM_CONSUMERS == 2:
+        gl.warp_specialize([
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
+                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
+                         STORE_LSE)),
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
+                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
+                         STORE_LSE)),
+            (_producer, producer_args),
+        ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
+                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
+                         STORE_LSE)),
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
+                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
+                         STORE_LSE)),
+            (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
+                         stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
+                         seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(2), CAUSAL,
+                         STORE_LSE)),
+            (_producer, producer_args),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
 
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
            lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
            heads_per_group: int, store_lse: bool, block_n: int, num_stages: int,
-           num_programs: int | None) -> None:
-    """Launch :func:`attn_fwd_gluon_ws_kernel` (tiles of :data:`BLOCK_M` rows, :data:`NUM_WARPS`
-    consumer warps and one producer warp).
+           num_programs: int | None, num_consumers: int = 2) -> None:
+    """Launch :func:`attn_fwd_gluon_ws_kernel` (tiles of 64·num_consumers rows, 4 warps per
+    consumer and one producer warp).
 
     Args:
         q, k, v, o, lse, causal, qk_scale, causal_offset, heads_per_group, store_lse: as
@@ -358,10 +384,20 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         block_n, num_stages: the K/V tile and slot count (``KernelConfig`` fields).
         num_programs: the persistent grid, at most one program per tile (the launcher passes
             the SM count: the kernel's registers allow one program per SM); None: one per tile.
+        num_consumers: consumer warpgroups, 2 (what ``KernelConfig`` launches: 128-row tiles)
+            or 3 (FA3's 192-row tile for D = 64, 160 registers per consumer; built for
+            reproduce/gpu/consumers_probe.py, not yet a config).
+
+    Raises:
+        ValueError: num_consumers not 2 or 3, or 3 with D other than 64 (its registers).
     """
     b, h, lq, d = q.shape
+    if num_consumers not in REGISTERS or (num_consumers == 3 and d != 64):
+        raise ValueError(f"num_consumers must be 2, or 3 with D = 64; got {num_consumers} "
+                         f"with D = {d}")
+    consumer_regs, maxnreg = REGISTERS[num_consumers]
     lk = k.shape[2]
-    tiles = b * h * triton.cdiv(lq, BLOCK_M)
+    tiles = b * h * triton.cdiv(lq, CONSUMER_ROWS.value * num_consumers)
     grid = (tiles if num_programs is None else min(tiles, num_programs),)
     attn_fwd_gluon_ws_kernel[grid](
         tma_descriptor(q, CONSUMER_ROWS.value), tma_descriptor(k, block_n),
@@ -369,5 +405,6 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         lse, lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
         HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
-        STORE_LSE=store_lse, num_warps=4, maxnreg=MAXNREG,
+        STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
+        num_warps=4, maxnreg=maxnreg,
     )
