@@ -4,13 +4,13 @@ FlashAttention-3.
 Same algorithm, semantics and softmax as :mod:`flashrepro.kernels.fwd_gluon` (its helpers are
 reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, sections 3.1-3.2):
 
-- Producer/consumer warp specialization. One producer warp issues every TMA load; two consumer
-  warpgroups only compute. A consumer hands a K or V slot back by arriving on that slot's
+- Producer/consumer warp specialization. One producer warp issues every TMA load; two (or three)
+  consumer warpgroups only compute. A consumer hands a K or V slot back by arriving on that slot's
   "empty" mbarrier as soon as the wgmma that read it has finished, so the producer refills it
   without a CTA-wide barrier (in :mod:`~flashrepro.kernels.fwd_gluon` the loads sit behind
   ``bar.sync`` across all warps, which keeps two warpgroups in lockstep).
 - Register reallocation: the producer's warpgroup gives its registers up (``setmaxnreg`` 24)
-  so each consumer can hold S, P and O of a 64 x BLOCK_N tile (240, FA3's split).
+  so each consumer can hold S, P and O of a 64 x BLOCK_N tile (FA3's splits: 240, or 160 of 3).
 - Ping-pong: the consumers take turns issuing their GEMMs (round robin), so one's softmax runs
   while another's GEMMs use the tensor cores. The turn passes on a named barrier per
   consumer, as FA3's warp-scheduler barrier: a consumer waits with ``bar.sync`` and passes
@@ -27,8 +27,8 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
 
 A tile is 128 query rows (two consumers; three give FA3's 192-row tile for D = 64, an
 experiment); consumer warpgroup c owns rows [64·c, 64·c + 64) of it,
-with its own Q tile, running max/sum and accumulator, and both consumers read the same K/V
-slots. Under a causal mask both walk the tile's key range (that of its last row); blocks
+with its own Q tile, running max/sum and accumulator, and all consumers read the same K/V
+slots. Under a causal mask all walk the tile's key range (that of its last row); blocks
 right of a row's diagonal are masked to zero for that row. Each consumer keeps the
 intra-warpgroup overlap of :mod:`flashrepro.kernels.fwd_gluon`: the softmax of S_j runs while
 P_{j-1}·V_{j-1} is on the tensor cores.
