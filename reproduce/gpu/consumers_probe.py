@@ -86,4 +86,7 @@ def timing() -> None:
 
 
 if __name__ == "__main__":
-    {"parity": parity, "timing": timing}[sys.argv[1]]()
+    modes = {"parity": parity, "timing": timing}
+    if len(sys.argv) != 2 or sys.argv[1] not in modes:
+        sys.exit("usage: PYTHONPATH=src:. python reproduce/gpu/consumers_probe.py parity|timing")
+    modes[sys.argv[1]]()
