@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# H200, session 9, last call (experiments 16-17 through the API):
-#  1. `tune --configs fa3-ws --against-table --write`: the warp-specialized kernel against each
-#     point's current table entry (24 points: L 512..16384, D 64/128, causal and not).
+# H200, one call: the warp-specialized kernel through the API, after a change to it.
+#  1. `tune --configs fa3-ws --against-table --write`: the kernel against each point's current
+#     table entry (24 points: L 512..16384, D 64/128, causal and not).
 #  2. `reproduce` with the new table, made the new baseline (history kept: the committed
 #     baselines are copied in first).
 #  3. The sweep (`bench`) with the new table.
+# Run as session7/final-a (with timeouts of 200 s for tune and 150 s for bench then),
+# session8/final and session9/final under reproduce/results/nvidia-h200/.
 #
-#   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=$(git rev-parse HEAD) bash reproduce/gpu/session9_final.sh
+#   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=$(git rev-parse HEAD) bash reproduce/gpu/table_challenge.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
