@@ -28,10 +28,9 @@ from tabulate import tabulate
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem
 from flashrepro.bench.timing import interleaved_rounds
-from flashrepro.kernels import fwd_gluon_ws
 from reproduce.gpu import gluon_probe
-from reproduce.gpu.gluon_probe import CASES, launch_args
-from reproduce.gpu.ws_probe import RATIO_HEADERS, ratio_rows
+from reproduce.gpu.gluon_probe import CASES
+from reproduce.gpu.ws_probe import RATIO_HEADERS, ratio_rows, ws_call
 
 D64_CASES = [c for c in CASES if c[5] == 64] + [  # b, h, h_kv, lq, lk, d, causal, br, dtype
     (1, 2, 2, 50, 50, 64, True, False, torch.float16),  # one block, under one consumer's rows
@@ -44,25 +43,11 @@ PARITY = [((128, 2), 1), ((128, 2), 3), ((128, 2), 7), ((128, 2), None), ((128, 
           ((64, 4), 7)]
 
 
-def call(q, k, v, causal, cfg, num_programs, consumers, out=None, lse=None,
-         bottom_right=False):
-    """A direct launch of the ws kernel with ``consumers`` consumer warpgroups."""
-    block_n, stages = cfg
-    o, lse, hpg, offset, qk_scale = launch_args(q, k, out, lse, bottom_right)
-
-    def run():
-        fwd_gluon_ws.launch(q, k, v, o, lse, causal=causal, qk_scale=qk_scale,
-                            causal_offset=offset, heads_per_group=hpg, store_lse=True,
-                            block_n=block_n, num_stages=stages, num_programs=num_programs,
-                            num_consumers=consumers)
-        return o
-    return run
-
-
 def parity() -> None:
     rows = gluon_probe.parity(
         PARITY, D64_CASES,
-        lambda q, k, v, causal, cfg, o, lse, br: call(q, k, v, causal, *cfg, 3, o, lse, br),
+        lambda q, k, v, causal, cfg, o, lse, br: ws_call(q, k, v, causal, *cfg, o, lse, br,
+                                                         num_consumers=3),
         label=lambda cfg: f"3 consumers, {cfg[0]} p{cfg[1]}")
     print(tabulate(rows, ["config (BLOCK_N, stages), programs", "case", "parity"],
                    tablefmt="github"))
@@ -78,9 +63,10 @@ def timing() -> None:
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         fns = {name: K.make_call(name, (q, k, v), causal)
                for name in ("flashrepro", "torch-cudnn", "torch-flash")}
-        fns["ws 2 consumers 128x128 s2"] = call(q, k, v, causal, (128, 2), sms, 2)
+        fns["ws 2 consumers 128x128 s2"] = ws_call(q, k, v, causal, (128, 2), sms)
         for cfg in ((128, 2), (128, 3)):
-            fns[f"ws 3 consumers 192x{cfg[0]} s{cfg[1]}"] = call(q, k, v, causal, cfg, sms, 3)
+            fns[f"ws 3 consumers 192x{cfg[0]} s{cfg[1]}"] = ws_call(q, k, v, causal, cfg, sms,
+                                                                   num_consumers=3)
         rows = ratio_rows(problem, interleaved_rounds(fns, rounds=30, calls_per_round=10))
         print(tabulate(rows, RATIO_HEADERS, tablefmt="github"), flush=True)
 

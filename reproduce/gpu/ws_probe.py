@@ -43,14 +43,16 @@ WS_CASES = [*CASES, (1, 2, 2, 50, 50, 128, True, False, torch.float16)]
 
 
 def ws_call(q, k, v, causal, cfg, num_programs, out=None, lse=None, bottom_right=False,
-            module=fwd_gluon_ws):
+            module=fwd_gluon_ws, **launch_kw):
+    """A direct launch of ``module``'s ws kernel at ``cfg`` = (BLOCK_N, stages), LSE stored;
+    ``launch_kw`` go to its ``launch`` as they are (``num_consumers``)."""
     block_n, stages = cfg
     o, lse, hpg, offset, qk_scale = launch_args(q, k, out, lse, bottom_right)
 
     def run():
         module.launch(q, k, v, o, lse, causal=causal, qk_scale=qk_scale, causal_offset=offset,
                       heads_per_group=hpg, store_lse=True, block_n=block_n, num_stages=stages,
-                      num_programs=num_programs)
+                      num_programs=num_programs, **launch_kw)
         return o
     return run
 
