@@ -340,7 +340,9 @@ def attn_fwd_gluon_ws_kernel(
                      num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
                      num_tiles, CAUSAL)
     # Consumer 0 is the default partition (the launch's 4 warps); the other consumers and the
-    # producer warp are workers, each with its register budget.
+    # producer warp are workers, each with its register budget. The consumers' arguments are
+    # written out: Triton 3.6's frontend takes neither *args nor a tuple concatenated with a
+    # constexpr here.
     if NUM_CONSUMERS == 2:
         gl.warp_specialize([
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
