@@ -25,12 +25,11 @@ import sys
 import torch
 from tabulate import tabulate
 
-from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem
 from flashrepro.bench.timing import interleaved_rounds
 from reproduce.gpu import gluon_probe
-from reproduce.gpu.gluon_probe import CASES
-from reproduce.gpu.ws_probe import RATIO_HEADERS, ratio_rows, ws_call
+from reproduce.gpu.gluon_probe import CASES, RATIO_HEADERS, peer_calls, ratio_rows
+from reproduce.gpu.ws_probe import ws_call
 
 D64_CASES = [c for c in CASES if c[5] == 64] + [  # b, h, h_kv, lq, lk, d, causal, br, dtype
     (1, 2, 2, 50, 50, 64, True, False, torch.float16),  # one block, under one consumer's rows
@@ -61,8 +60,7 @@ def timing() -> None:
                           dtype="float16", causal=causal)
         q, k, v = problem.inputs()
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        fns = {name: K.make_call(name, (q, k, v), causal)
-               for name in ("flashrepro", "torch-cudnn", "torch-flash")}
+        fns = peer_calls(q, k, v, causal)
         fns["ws 2 consumers 128x128 s2"] = ws_call(q, k, v, causal, (128, 2), sms)
         for cfg in ((128, 2), (128, 3)):
             fns[f"ws 3 consumers 192x{cfg[0]} s{cfg[1]}"] = ws_call(q, k, v, causal, cfg, sms,

@@ -9,7 +9,7 @@ Run from the repository root on an H200:
    output) over ragged, GQA, bottom-right and bf16 cases, for every launch config timed below.
 2. Times, in interleaved rounds with the project's timer, at the article problem causal and
    not, and at B=4, L=4096 non-causal: the Gluon configs against flashrepro's default (the
-   Triton kernel), torch's cuDNN and flash backends.
+   Triton kernel), torch's cuDNN and flash backends (ratios to both: :func:`ratio_rows`).
 """
 
 from __future__ import annotations
@@ -90,20 +90,36 @@ def parity(configs=CONFIGS, cases=CASES, call=gluon_call, label=str) -> list[lis
     return rows
 
 
-def timing(problem: Problem) -> list[list]:
-    q, k, v = problem.inputs()
-    fns = {name: K.make_call(name, (q, k, v), problem.causal)
-           for name in ("flashrepro", "torch-cudnn", "torch-flash")}
-    for cfg in CONFIGS:
-        fns[f"gluon {cfg}"] = gluon_call(q, k, v, problem.causal, cfg)
-    per_round = interleaved_rounds(fns, rounds=30, calls_per_round=10)
-    flash = per_round["torch-flash"]
+def peer_calls(q, k, v, causal: bool) -> dict:
+    """flashrepro's default launch and torch's cuDNN and flash backends on (q, k, v): the peers
+    every probe times beside its variants (:func:`ratio_rows` needs the last two)."""
+    return {name: K.make_call(name, (q, k, v), causal)
+            for name in ("flashrepro", "torch-cudnn", "torch-flash")}
+
+
+def ratio_rows(problem: Problem, per_round: dict[str, list[float]]) -> list[list]:
+    """One row per kernel of interleaved rounds (which include torch-flash and torch-cudnn):
+    median µs, TFLOP/s, and the medians of its per-round ratios to torch flash and cuDNN."""
+    flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
     rows = []
     for name, us in per_round.items():
-        ratio = statistics.median(a / b for a, b in zip(us, flash, strict=True))
+        vs_flash = statistics.median(a / b for a, b in zip(us, flash, strict=True))
+        vs_cudnn = statistics.median(a / b for a, b in zip(us, cudnn, strict=True))
         rows.append([problem.key(), name, f"{statistics.median(us):.1f}",
-                     f"{problem.flops() / statistics.median(us) / 1e6:.0f}", f"{ratio:.3f}"])
+                     f"{problem.flops() / statistics.median(us) / 1e6:.0f}", f"{vs_flash:.3f}",
+                     f"{vs_cudnn:.3f}"])
     return rows
+
+
+RATIO_HEADERS = ["problem", "kernel", "µs", "TFLOP/s", "vs torch flash", "vs cuDNN"]
+
+
+def timing(problem: Problem) -> list[list]:
+    q, k, v = problem.inputs()
+    fns = peer_calls(q, k, v, problem.causal)
+    for cfg in CONFIGS:
+        fns[f"gluon {cfg}"] = gluon_call(q, k, v, problem.causal, cfg)
+    return ratio_rows(problem, interleaved_rounds(fns, rounds=30, calls_per_round=10))
 
 
 def main() -> None:
@@ -117,8 +133,7 @@ def main() -> None:
     out = []
     for problem in problems:
         out += timing(problem)
-    print(tabulate(out, ["problem", "kernel", "µs", "TFLOP/s", "vs torch flash"],
-                   tablefmt="github"))
+    print(tabulate(out, RATIO_HEADERS, tablefmt="github"))
 
 
 if __name__ == "__main__":

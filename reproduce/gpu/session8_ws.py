@@ -24,12 +24,11 @@ import sys
 import torch
 from tabulate import tabulate
 
-from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds
 from reproduce.gpu import ws_before
-from reproduce.gpu.gluon_probe import gluon_call
-from reproduce.gpu.ws_probe import RATIO_HEADERS, ratio_rows, ws_call
+from reproduce.gpu.gluon_probe import RATIO_HEADERS, gluon_call, peer_calls, ratio_rows
+from reproduce.gpu.ws_probe import ws_call
 
 
 def problems() -> list[Problem]:
@@ -52,8 +51,7 @@ def timing(problem: Problem, rounds: int, mode: str = "a") -> list[list]:
     q, k, v = problem.inputs()
     causal = problem.causal
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-    fns = {name: K.make_call(name, (q, k, v), causal)
-           for name in ("flashrepro", "torch-cudnn", "torch-flash")}
+    fns = peer_calls(q, k, v, causal)
     if mode == "blocks":
         fns.update(variants(q, k, v, causal, sms))
     elif mode == "c":

@@ -87,10 +87,10 @@ def main() -> None:
     import torch
     from tabulate import tabulate
 
-    from flashrepro.bench import kernels as K
     from flashrepro.bench.problem import Problem, load_article
     from flashrepro.bench.timing import interleaved_rounds
-    from reproduce.gpu.ws_probe import RATIO_HEADERS, parity, ratio_rows, ws_call
+    from reproduce.gpu.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
+    from reproduce.gpu.ws_probe import parity, ws_call
 
     variant = load_variant()
     if sys.argv[1] == "parity":
@@ -101,8 +101,7 @@ def main() -> None:
         problem = Problem(**{**article.as_dict(), "batch": batch, "causal": causal})
         q, k, v = problem.inputs()
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        fns = {name: K.make_call(name, (q, k, v), causal)
-               for name in ("flashrepro", "torch-cudnn", "torch-flash")}
+        fns = peer_calls(q, k, v, causal)
         fns["ws, turn on mbarriers"] = ws_call(q, k, v, causal, (128, 2), sms)
         fns["ws, turn on named barriers"] = ws_call(q, k, v, causal, (128, 2), sms,
                                                     module=variant)

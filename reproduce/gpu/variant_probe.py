@@ -30,10 +30,10 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds
-from reproduce.gpu.ws_probe import RATIO_HEADERS, ratio_rows, ws_call
+from reproduce.gpu.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
+from reproduce.gpu.ws_probe import ws_call
 
 
 def load_module(path: str):
@@ -64,8 +64,7 @@ def main() -> None:
     for problem in problems()[:args.problems]:
         q, k, v = problem.inputs()
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-        fns = {name: K.make_call(name, (q, k, v), problem.causal)
-               for name in ("flashrepro", "torch-cudnn", "torch-flash")}
+        fns = peer_calls(q, k, v, problem.causal)
         fns["ws now"] = ws_call(q, k, v, problem.causal, (128, 2), sms)
         for label, module in earlier.items():
             fns[f"ws {label}"] = ws_call(q, k, v, problem.causal, (128, 2), sms, module=module)

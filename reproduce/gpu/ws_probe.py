@@ -22,18 +22,23 @@ and only two consumers are kept; this script runs the kernel as it is now.
 
 from __future__ import annotations
 
-import statistics
 import sys
 
 import torch
 from tabulate import tabulate
 
-from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.kernels import fwd_gluon_ws
 from reproduce.gpu import gluon_probe
-from reproduce.gpu.gluon_probe import CASES, gluon_call, launch_args
+from reproduce.gpu.gluon_probe import (
+    CASES,
+    RATIO_HEADERS,
+    gluon_call,
+    launch_args,
+    peer_calls,
+    ratio_rows,
+)
 
 # (BLOCK_N, stages), programs ("sm": one per SM; None: one per tile)
 TIMED = [((128, 2), "sm"), ((128, 2), None)]
@@ -69,27 +74,9 @@ def parity(module=fwd_gluon_ws) -> None:
                    tablefmt="github"))
 
 
-def ratio_rows(problem: Problem, per_round: dict[str, list[float]]) -> list[list]:
-    """One row per kernel of interleaved rounds (which include torch-flash and torch-cudnn):
-    median µs, TFLOP/s, and the medians of its per-round ratios to torch flash and cuDNN."""
-    flash, cudnn = per_round["torch-flash"], per_round["torch-cudnn"]
-    rows = []
-    for name, us in per_round.items():
-        vs_flash = statistics.median(a / b for a, b in zip(us, flash, strict=True))
-        vs_cudnn = statistics.median(a / b for a, b in zip(us, cudnn, strict=True))
-        rows.append([problem.key(), name, f"{statistics.median(us):.1f}",
-                     f"{problem.flops() / statistics.median(us) / 1e6:.0f}", f"{vs_flash:.3f}",
-                     f"{vs_cudnn:.3f}"])
-    return rows
-
-
-RATIO_HEADERS = ["problem", "kernel", "µs", "TFLOP/s", "vs torch flash", "vs cuDNN"]
-
-
 def timing(problem: Problem) -> list[list]:
     q, k, v = problem.inputs()
-    fns = {name: K.make_call(name, (q, k, v), problem.causal)
-           for name in ("flashrepro", "torch-cudnn", "torch-flash")}
+    fns = peer_calls(q, k, v, problem.causal)
     for cfg in PLAIN:
         fns[f"gluon {cfg}"] = gluon_call(q, k, v, problem.causal, cfg)
     sms = torch.cuda.get_device_properties(q.device).multi_processor_count
