@@ -117,12 +117,13 @@ def _config_arg(text: str) -> KernelConfig:
 
 
 def _percent(text: str) -> float:
+    error = argparse.ArgumentTypeError(f"a percentage in [0, 100) is needed, got {text!r}")
     try:
         value = float(text)
     except ValueError:
-        value = float("nan")
-    if not 0 <= value < 100:
-        raise argparse.ArgumentTypeError(f"a percentage in [0, 100) is needed, got {text!r}")
+        raise error from None
+    if not 0 <= value < 100:  # also false for NaN
+        raise error
     return value
 
 
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     for problem in problems(args.lengths, args.head_dims, args.tokens, masks=masks):
         key = table_key(arch, problem.head_dim, problem.causal, length_bucket(problem.seqlen_q))
         incumbent = KernelConfig(**table[key]) if args.against_table and key in table else None
-        pool = list(dict.fromkeys([*args.configs, *([incumbent] if incumbent else [])]))
+        pool = list(dict.fromkeys([*args.configs, incumbent] if incumbent else args.configs))
         cfg, rows = best_config(problem, args.rounds, args.calls, pool, incumbent,
                                 args.min_gain / 100)
         print(f"\n{problem.key()}: best {cfg.label()}")
