@@ -1,0 +1,178 @@
+"""Where a tile's time goes in the warp-specialized kernel: an intra-kernel timeline with
+Triton's Proton instrumentation (session 10, experiment 18).
+
+Experiment 16 fitted the kernel's times at L = 1024 and 4096 (B·L = 16k): ~1.57 µs per 128x128
+key block and ~3.6 µs per tile on top, against cuDNN's ~2.3 µs per tile; at the article
+problem (two tiles per program) that is most of what separates it from the ratio targets.
+Stall samples (ncu) say where warps wait, not when. Proton's instrumentation mode
+(``triton.profiler``, "instrumentation" backend) records a clock at scope boundaries that a
+Gluon kernel marks with ``triton.profiler.language.enter_scope``/``exit_scope``, per warp, into
+a global buffer, and writes a Chrome trace.
+
+The instrumented kernel is generated from :mod:`flashrepro.kernels.fwd_gluon_ws` by
+:func:`variant_source` (scopes around each consumer's phases of a tile: waiting for its Q and
+K_0, block 0, the loop, the last P·V, the epilogue), so the production kernel carries no
+profiling code. Run from the repository root on an H200:
+
+    PYTHONPATH=src:. python reproduce/gpu/timeline_probe.py OUT_DIR
+
+For the article problem non-causal and causal, and B=16 L=1024 non-causal: three back-to-back
+launches inside one Proton session (the first compiles), the Chrome trace saved as
+``OUT_DIR/<problem>.chrome_trace.json.gz``, and a table per phase and tile (median and
+max over the consumer warps of all programs) of the second and third launch printed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import itertools
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+import triton.profiler as proton
+from tabulate import tabulate
+
+from flashrepro.bench.problem import Problem, load_article
+from flashrepro.kernels import fwd_gluon_ws
+from reproduce.gpu.ws_probe import ws_call
+
+EDITS = [  # (text in the kernel, replacement): each must occur exactly once
+    ("import torch\nimport triton\n",
+     "import torch\nimport triton\nimport triton.profiler.language as pl\n"),
+    ("        # -- block 0: S_0 and its softmax, nothing to overlap with yet --\n",
+     "        # -- block 0: S_0 and its softmax, nothing to overlap with yet --\n"
+     "        pl.enter_scope(\"wait_q_k0\")\n"),
+    ("        mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)\n        # Ping-pong",
+     "        mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)\n"
+     "        pl.exit_scope(\"wait_q_k0\")\n        pl.enter_scope(\"block0\")\n"
+     "        # Ping-pong"),
+    ("        p = gl.convert_layout(p.to(dtype), p_layout)\n\n        # -- steady",
+     "        p = gl.convert_layout(p.to(dtype), p_layout)\n        pl.exit_scope(\"block0\")\n"
+     "        pl.enter_scope(\"loop\")\n\n        # -- steady"),
+    ("        # Every Q·Kᵀ of this tile has finished",
+     "        pl.exit_scope(\"loop\")\n        pl.enter_scope(\"last_pv\")\n"
+     "        # Every Q·Kᵀ of this tile has finished"),
+    ("        tma.store_wait(pendings=0)  # the previous tile's output has left o_tile\n",
+     "        pl.exit_scope(\"last_pv\")\n        pl.enter_scope(\"epilogue\")\n"
+     "        tma.store_wait(pendings=0)  # the previous tile's output has left o_tile\n"),
+    ("        it += n_blocks\n    tma.store_wait(pendings=0)\n",
+     "        pl.exit_scope(\"epilogue\")\n        it += n_blocks\n"
+     "    tma.store_wait(pendings=0)\n"),
+]
+PHASES = ["wait_q_k0", "block0", "loop", "last_pv", "epilogue"]
+
+
+def variant_source() -> str:
+    src = Path(fwd_gluon_ws.__file__).read_text()
+    for old, new in EDITS:
+        if src.count(old) != 1:
+            raise SystemExit(f"edit does not match the kernel exactly once: {old!r}")
+        src = src.replace(old, new)
+    return src
+
+
+def load_variant(tmp: Path):
+    path = tmp / "fwd_gluon_ws_timeline.py"
+    path.write_text(variant_source())
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def trace_events(path: Path) -> list[dict]:
+    data = json.loads(path.read_text())
+    events = data["traceEvents"] if isinstance(data, dict) else data
+    return [e for e in events if e.get("ph") == "X"]
+
+
+def split_launches(events: list[dict]) -> dict[tuple, list[list[dict]]]:
+    """Each warp's events (by pid, tid) in time order, split into launches: inside a launch a
+    warp's scopes follow each other with no gap, between launches lies at least the next
+    launch's prologue, so a gap above a tenth of the median loop is a new launch."""
+    loop = statistics.median(float(e["dur"]) for e in events if e["name"] == "loop")
+    per_warp: dict[tuple, list[dict]] = defaultdict(list)
+    for e in sorted(events, key=lambda e: float(e["ts"])):
+        per_warp[(e["pid"], e["tid"])].append(e)
+    launches = {}
+    for key, evs in per_warp.items():
+        groups = [[evs[0]]]
+        for prev, e in itertools.pairwise(evs):
+            gap = float(e["ts"]) - float(prev["ts"]) - float(prev["dur"])
+            if gap > 0.1 * loop:
+                groups.append([])
+            groups[-1].append(e)
+        launches[key] = groups
+    return launches
+
+
+def summarize(events: list[dict], launch: int) -> list[list]:
+    """Median and max duration per (phase, tile) over every consumer warp of every program
+    in launch ``launch`` (trace time units), tiles 0, 1 and the program's last."""
+    durations: dict[tuple, list[float]] = defaultdict(list)
+    spans = []
+    for groups in split_launches(events).values():
+        if launch >= len(groups):
+            continue
+        evs = groups[launch]
+        spans.append((float(evs[0]["ts"]), float(evs[-1]["ts"]) + float(evs[-1]["dur"])))
+        n_tiles = sum(e["name"] == "epilogue" for e in evs)
+        count: dict[str, int] = defaultdict(int)
+        for e in evs:
+            tile = count[e["name"]]
+            count[e["name"]] += 1
+            label = str(tile) if tile < 2 else ("last" if tile == n_tiles - 1 else None)
+            if label is not None:
+                durations[(e["name"], label)].append(float(e["dur"]))
+    rows = [["warps' span, first record to last", "", len(spans),
+             round(max(s[1] for s in spans) - min(s[0] for s in spans), 3), ""]]
+    for (name, tile), d in sorted(durations.items(),
+                                  key=lambda kv: (kv[0][1], PHASES.index(kv[0][0]))):
+        rows.append([name, tile, len(d), round(statistics.median(d), 3), round(max(d), 3)])
+    return rows
+
+
+def main() -> None:
+    out_dir = Path(sys.argv[1])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    article, _ = load_article()
+    problems = {"article-noncausal": Problem(**{**article.as_dict(), "causal": False}),
+                "article-causal": article,
+                "b16-l1024-noncausal": Problem(batch=16, heads=16, seqlen_q=1024,
+                                               seqlen_k=1024, head_dim=128, dtype="float16",
+                                               causal=False)}
+    mode = proton.mode.Default(buffer_type="global", granularity="warp", buffer_size=65536)
+    with tempfile.TemporaryDirectory() as tmp:
+        module = load_variant(Path(tmp))
+        for name, problem in problems.items():
+            q, k, v = problem.inputs()
+            sms = torch.cuda.get_device_properties(q.device).multi_processor_count
+            run = ws_call(q, k, v, problem.causal, (128, 2), sms, module=module)
+            stem = Path(tmp) / name
+            proton.start(str(stem), data="trace", backend="instrumentation", mode=mode)
+            for _ in range(3):  # the first compiles; the last two run back to back
+                run()
+            torch.cuda.synchronize()
+            proton.finalize(output_format="chrome_trace")
+            trace = next(Path(tmp).glob(f"{name}*"))
+            with trace.open("rb") as src, gzip.open(out_dir / f"{name}.chrome_trace.json.gz",
+                                                   "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            events = trace_events(trace)
+            print(f"## {name} ({problem})\n\nfirst events: {events[:3]}\n", flush=True)
+            for launch in (1, 2):
+                print(f"launch {launch + 1} of 3 (trace time units)\n")
+                print(tabulate(summarize(events, launch), ["phase", "tile", "warps", "median",
+                                                           "max"], tablefmt="github"),
+                      flush=True)
+
+
+if __name__ == "__main__":
+    main()
