@@ -20,7 +20,8 @@ from flashrepro.configs import (
 LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
             KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
             KernelConfig(128, 128, 8, 1, tma=True), KernelConfig(16, 256, 1, 8),
-            KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True)]
+            KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True),
+            KernelConfig(192, 64, 12, 8, tma=True, overlap=True, warp_specialize=True)]
 
 
 @pytest.mark.parametrize("cfg", LABELLED, ids=KernelConfig.label)
@@ -35,15 +36,24 @@ def test_parse_names(name: str) -> None:
 
 
 @pytest.mark.parametrize(("text", "message"), [
-    ("64x64", r"config must be a name in \['article', 'fa3-overlap', 'fa3-ws', "
+    ("64x64", r"config must be a name in \['article', 'fa3-overlap', 'fa3-ws', 'fa3-ws3', "
               r"'p-in-registers'\] or a label like"),
     ("64x64 w4 s3 overlap", "overlap needs tma, num_stages >= 2"),
     ("64x64 w4 s1 tma overlap", "overlap needs tma, num_stages >= 2"),
-    ("128x128 w8 s2 tma ws", "warp_specialize needs overlap, block_m 128, num_warps 8"),
-    ("64x64 w4 s3 tma overlap ws", "warp_specialize needs overlap, block_m 128, num_warps 8"),
+    ("128x128 w8 s2 tma ws", "warp_specialize needs overlap, block_n 64 or 128, and block_m 128"),
+    ("64x64 w4 s3 tma overlap ws", "warp_specialize needs .* block_m 128 with num_warps 8"),
     ("128x64 w8 s5 tma overlap ws", r"warp_specialize needs .* num_stages·block_n <= 256"),
     ("128x128 w8 s3 tma overlap ws", r"warp_specialize needs .* num_stages·block_n <= 256"),
     ("128x32 w8 s2 tma overlap ws", "warp_specialize needs .* block_n 64 or 128"),
+    # the three-consumer tile: BLOCK_M 192 with 12 warps only, and only warp-specialized
+    ("192x128 w12 s5 tma overlap ws", r"warp_specialize needs .* block_m 192 with num_warps "
+                                      r"12 and num_stages·block_n <= 512"),
+    ("192x128 w12 s3 tma overlap", "block_m 192 with 12 warps .* needs warp_specialize"),
+    ("192x128 w12 s1 tma overlap ws", r"overlap needs .* \(12 with block_m 192\)"),
+    ("192x128 w8 s3 tma overlap ws", r"block_m must be one of .* \(or 192 with 12 warps.*got "
+                                     r"192"),
+    ("128x128 w12 s2 tma overlap ws", r"num_warps must be a power of two in 1..16, got 12 "
+                                      r"\(12 only with block_m 192"),
     ("128x128 w8 s2 tma ws overlap", "config must be a name"),  # flags in label order
     ("64x64 w4 s3 fast", "config must be a name"),
     ("\u0666\u0664x64 w4 s3", "config must be a name"),  # Arabic-Indic digits: ASCII only
@@ -190,12 +200,13 @@ def test_doctor_reports_the_tuned_table(present: bool, tmp_path, monkeypatch, ca
         assert f"none at {table}" in line and "install with -e" in line
 
 
-@pytest.mark.parametrize(("config", "block_m"), [(None, 64), ("fa3-ws", 128)])
+@pytest.mark.parametrize(("config", "block_m"), [(None, 64), ("fa3-ws", 128), ("fa3-ws3", 64)])
 def test_a_table_gluon_entry_that_cannot_run_falls_back(
         monkeypatch: pytest.MonkeyPatch, config: str | None, block_m: int) -> None:
     """The table picks fa3-ws, but the Gluon kernels cannot run the call (here: the CPU
     interpreter; on sm_90 e.g. D=96): the default launch runs the Triton kernel at
-    TRITON_FALLBACK's 64-row tiles, a config given explicitly keeps its own tiles; both right."""
+    TRITON_FALLBACK's 64-row tiles, a config given explicitly keeps its own tiles, except a
+    192-row one (fa3-ws3), which only the ws kernel runs: TRITON_FALLBACK too; all right."""
     import torch
 
     from flashrepro import api

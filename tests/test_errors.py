@@ -206,22 +206,24 @@ def test_out_overlaps_itself(qkv) -> None:
 
 def test_config_wrong_type(qkv) -> None:
     with pytest.raises(TypeError, match=r"^config must be a KernelConfig, a name from "
-                                        r"\['article', 'fa3-overlap', 'fa3-ws', "
+                                        r"\['article', 'fa3-overlap', 'fa3-ws', 'fa3-ws3', "
                                         r"'p-in-registers'\] or None, got dict$"):
         flashrepro.attention(*qkv, config={"block_m": 64})
 
 
 def test_config_unknown_name(qkv) -> None:
     with pytest.raises(ValueError, match=r"^config must be a KernelConfig or one of "
-                                         r"\['article', 'fa3-overlap', 'fa3-ws', "
+                                         r"\['article', 'fa3-overlap', 'fa3-ws', 'fa3-ws3', "
                                          r"'p-in-registers'\], got 'fast'$"):
         flashrepro.attention(*qkv, config="fast")
 
 
 @pytest.mark.parametrize("fields,message", [
-    ((48, 64, 4, 3), r"^block_m must be one of \(16, 32, 64, 128, 256\), got 48$"),
+    ((48, 64, 4, 3), r"^block_m must be one of \(16, 32, 64, 128, 256\) \(or 192 with 12 warps, "
+                     r"the ws kernel's three consumers\), got 48$"),
     ((64, 8, 4, 3), r"^block_n must be one of \(16, 32, 64, 128, 256\), got 8$"),
-    ((64, 64, 3, 3), r"^num_warps must be a power of two in 1..16, got 3$"),
+    ((64, 64, 3, 3), r"^num_warps must be a power of two in 1..16, got 3 \(12 only with "
+                     r"block_m 192, the ws kernel's three consumers\)$"),
     ((64, 64, 4, 0), r"^num_stages must be in 1..8, got 0$"),
 ], ids=["block_m", "block_n", "num_warps", "num_stages"])
 def test_bad_kernel_config(fields: tuple[int, int, int, int], message: str) -> None:

@@ -70,11 +70,15 @@ GPU_LENGTHS = [(1, 1), (17, 17), (113, 113), (1000, 1000), (1023, 1023), (1024, 
 GPU_CONFIGS = {
     32: [None, "article", "p-in-registers", KernelConfig(32, 64, 4, 2),
          KernelConfig(128, 32, 4, 2)],
-    64: [None, "article", "p-in-registers", "fa3-overlap", "fa3-ws", KernelConfig(32, 64, 4, 2),
-         KernelConfig(128, 32, 4, 2), KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
-         KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True)],
-    128: [None, "article", "p-in-registers", "fa3-overlap", "fa3-ws", KernelConfig(32, 64, 4, 2),
-          KernelConfig(128, 32, 4, 2), KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
+    64: [None, "article", "p-in-registers", "fa3-overlap", "fa3-ws", "fa3-ws3",
+         KernelConfig(32, 64, 4, 2), KernelConfig(128, 32, 4, 2),
+         KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
+         KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True),
+         KernelConfig(192, 64, 12, 4, tma=True, overlap=True, warp_specialize=True)],
+    # fa3-ws3 at D = 128: the launch runs TRITON_FALLBACK
+    128: [None, "article", "p-in-registers", "fa3-overlap", "fa3-ws", "fa3-ws3",
+          KernelConfig(32, 64, 4, 2), KernelConfig(128, 32, 4, 2),
+          KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
           KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True)],
     256: [None, KernelConfig(64, 32, 4, 2), KernelConfig(32, 64, 4, 2),
           KernelConfig(128, 32, 8, 1), KernelConfig(64, 64, 4, 1)],
@@ -180,3 +184,28 @@ def test_gpu_warp_specialize_runs_the_persistent_kernel(shape: tuple[int, ...], 
     assert any("setmaxnreg.dec.sync.aligned.u32 24;" in p
                and "setmaxnreg.inc.sync.aligned.u32 240;" in p
                and "wgmma.wait_group.sync.aligned 1;" in p for p in ptx)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("shape", [(1, 2, 300, 300, 64), (3, 64, 900, 1000, 64)],
+                         ids=["one-tile-per-program", "several-tiles-per-program"])
+def test_gpu_three_consumers_run_at_d64(shape: tuple[int, ...], causal: bool,
+                                        device: torch.device) -> None:
+    """fa3-ws3 launches the ws kernel with three consumer warpgroups (setmaxnreg 160) at
+    D = 64 on sm_90's wgmma path; the second shape has 3·64·5 = 960 tiles of 192 rows, 7 or 8
+    per program on the H200. At D = 128 the same config runs the Triton kernel at
+    TRITON_FALLBACK's tiles, and no ws kernel of 160 registers is compiled for it."""
+    from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
+    b, h, lq, lk, d = shape
+    q, k, v = random_qkv(b, h, lq, lk, d, torch.float16, device)
+    check_parity(q, k, v, causal=causal, config="fa3-ws3")
+    ptx = _gluon_ptx(attn_fwd_gluon_ws_kernel, "fa3-ws3", device)
+    if ptx is None:
+        return
+    assert any("setmaxnreg.inc.sync.aligned.u32 160;" in p
+               and "wgmma.wait_group.sync.aligned 1;" in p for p in ptx)
+    wide = random_qkv(1, 2, 300, 300, 128, torch.float16, device)
+    before = len(compiled_kernels(attn_fwd_gluon_ws_kernel))
+    check_parity(*wide, causal=causal, config="fa3-ws3")
+    assert len(compiled_kernels(attn_fwd_gluon_ws_kernel)) == before

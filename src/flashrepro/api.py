@@ -23,6 +23,7 @@ from flashrepro.configs import (
     ARTICLE,
     NAMED,
     TRITON_FALLBACK,
+    WS_THREE_CONSUMERS,
     KernelConfig,
     default_config,
     launch_arch,
@@ -384,10 +385,11 @@ def attention(
             log), float32.
         config: a :class:`~flashrepro.configs.KernelConfig`, a name from
             ``flashrepro.configs.NAMED`` (``'article'``, ``'p-in-registers'``,
-            ``'fa3-overlap'``, ``'fa3-ws'``), or None for the per-arch default
+            ``'fa3-overlap'``, ``'fa3-ws'``, ``'fa3-ws3'``), or None for the per-arch default
             (:func:`~flashrepro.configs.default_config`). A given Gluon config
             (``overlap=True``) that cannot run the call runs the Triton kernel at its tiles;
-            a default that is one runs it at :data:`~flashrepro.configs.TRITON_FALLBACK`.
+            a default that is one, or a 192-row tile (``'fa3-ws3'``: D = 64 only), runs it
+            at :data:`~flashrepro.configs.TRITON_FALLBACK`.
         out: optional (B, H, Lq, D) tensor of q's dtype and device to write the output into;
             any strides whose elements do not overlap. It must share no element with k, v or
             q (``out = q`` itself is allowed); interleaved views of one buffer that share no
@@ -457,8 +459,13 @@ def attention(
         o_kernel = torch.empty(o.shape, dtype=o.dtype, device=o.device)
     use_tma = cfg.tma and _tma_ok(q, k, v, o_kernel, lk)
     use_gluon = use_tma and cfg.overlap and _overlap_ok(q, d, causal, causal_offset)
-    if config is None and cfg.overlap and not use_gluon:
-        cfg = TRITON_FALLBACK  # the table's tiles are the Gluon kernel's (see TRITON_FALLBACK)
+    three_consumers = (cfg.block_m, cfg.num_warps) == WS_THREE_CONSUMERS
+    if use_gluon and three_consumers and d != 64:  # its registers hold D = 64 only
+        use_gluon = False
+    if cfg.overlap and not use_gluon and (config is None or three_consumers):
+        # The table's tiles are the Gluon kernel's, and a 192-row tile only the ws kernel's
+        # (see TRITON_FALLBACK).
+        cfg = TRITON_FALLBACK
     if use_tma and not use_gluon:
         q_arg, o_arg = (TensorDescriptor.from_tensor(t, [1, 1, cfg.block_m, block_d])
                         for t in (q, o_kernel))
@@ -475,7 +482,7 @@ def attention(
                     q, k, v, o_kernel, lse, causal=causal, qk_scale=sm_scale * LOG2_E,
                     causal_offset=causal_offset, heads_per_group=heads_per_group,
                     store_lse=return_lse, block_n=cfg.block_n, num_stages=cfg.num_stages,
-                    num_programs=_num_sms(q))
+                    num_programs=_num_sms(q), num_consumers=cfg.num_warps // 4)
             elif use_gluon:
                 fwd_gluon.launch(q, k, v, o_kernel, lse, causal=causal,
                                  qk_scale=sm_scale * LOG2_E, causal_offset=causal_offset,

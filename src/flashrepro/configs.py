@@ -17,6 +17,9 @@ from pathlib import Path
 import torch
 
 _VALID_BLOCKS = (16, 32, 64, 128, 256)
+WS_THREE_CONSUMERS = (192, 12)
+"""(BLOCK_M, num_warps) of the warp-specialized kernel's three-consumer tile (FA3's for
+D = 64): three consumer warpgroups of 64 rows."""
 TUNED_TABLE = Path(__file__).resolve().parents[2] / "reproduce" / "tuned.json"
 
 
@@ -35,16 +38,21 @@ class KernelConfig:
         overlap: run the Gluon kernel :mod:`flashrepro.kernels.fwd_gluon` (FlashAttention-3's
             softmax/wgmma overlap) where it applies: sm_90's wgmma path, fp16/bf16, D 64 or
             128, TMA-addressable inputs, no query row without keys. Needs ``tma``, at least 2
-            stages, 4 or 8 warps and BLOCK_M >= 16·num_warps. Elsewhere the launch runs the
+            stages, 4 or 8 warps (12 with BLOCK_M 192, see ``warp_specialize``) and
+            BLOCK_M >= 16·num_warps. Elsewhere the launch runs the
             Triton kernel with the same tiles.
         warp_specialize: where ``overlap`` applies, run the warp-specialized, persistent Gluon
             kernel :mod:`flashrepro.kernels.fwd_gluon_ws` instead (FlashAttention-3's producer
-            warp, register reallocation and ping-pong of two consumer warpgroups). Needs
-            ``overlap``, BLOCK_M = 128 and 8 warps (two consumer warpgroups; the producer
-            warp comes on top), BLOCK_N 64 or 128, and 2 or more stages with
-            BLOCK_N·num_stages <= 256: two Q buffers and an output tile per consumer (96 KiB
-            at D = 128) and the K/V slots (stages·BLOCK_N·D·4 bytes) must fit sm_90's 227 KiB
-            of shared memory.
+            warp, register reallocation and ping-pong of consumer warpgroups of 64 rows).
+            Needs ``overlap``, BLOCK_N 64 or 128, 2 or more stages, and either BLOCK_M = 128
+            with 8 warps (two consumers; the producer warp comes on top) and
+            BLOCK_N·num_stages <= 256, or FA3's D = 64 tile, BLOCK_M = 192 with 12 warps
+            (three consumers), and BLOCK_N·num_stages <= 512: two Q buffers and an output
+            tile per consumer (96 KiB at D = 128 with two, 72 KiB at D = 64 with three) and
+            the K/V slots (stages·BLOCK_N·D·4 bytes) must fit sm_90's 227 KiB of shared
+            memory. The 192-row tile is the one BLOCK_M that is no power of two; it runs at
+            D = 64 only (three consumers' registers), and where the ws kernel cannot run it
+            the launch runs :data:`TRITON_FALLBACK`.
 
     Raises:
         TypeError: a size that is not an int, or a flag that is not a bool.
@@ -68,23 +76,33 @@ class KernelConfig:
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+        three_consumers = (self.block_m, self.num_warps) == WS_THREE_CONSUMERS
         for name in ("block_m", "block_n"):
             value = getattr(self, name)
-            if value not in _VALID_BLOCKS:
-                raise ValueError(f"{name} must be one of {_VALID_BLOCKS}, got {value}")
-        if self.num_warps not in (1, 2, 4, 8, 16):
-            raise ValueError(f"num_warps must be a power of two in 1..16, got {self.num_warps}")
+            if value not in _VALID_BLOCKS and not (name == "block_m" and three_consumers):
+                also = " (or 192 with 12 warps, the ws kernel's three consumers)" * (
+                    name == "block_m")
+                raise ValueError(f"{name} must be one of {_VALID_BLOCKS}{also}, got {value}")
+        if self.num_warps not in (1, 2, 4, 8, 16) and not three_consumers:
+            raise ValueError(f"num_warps must be a power of two in 1..16, got {self.num_warps} "
+                             "(12 only with block_m 192, the ws kernel's three consumers)")
+        if three_consumers and not self.warp_specialize:
+            raise ValueError("block_m 192 with 12 warps (three consumers) needs "
+                             f"warp_specialize, got {self.label()}")
         if not 1 <= self.num_stages <= 8:
             raise ValueError(f"num_stages must be in 1..8, got {self.num_stages}")
-        if self.overlap and not (self.tma and self.num_stages >= 2 and self.num_warps in (4, 8)
+        if self.overlap and not (self.tma and self.num_stages >= 2
+                                 and (self.num_warps in (4, 8) or three_consumers)
                                  and self.block_m >= 16 * self.num_warps):
-            raise ValueError("overlap needs tma, num_stages >= 2, num_warps 4 or 8 and "
-                             f"block_m >= 16·num_warps, got {self.label()}")
-        if self.warp_specialize and not (self.overlap and self.block_m == 128
-                                         and self.num_warps == 8 and self.block_n in (64, 128)
-                                         and self.num_stages * self.block_n <= 256):
-            raise ValueError("warp_specialize needs overlap, block_m 128, num_warps 8, "
-                             "block_n 64 or 128 and num_stages·block_n <= 256 (shared "
+            raise ValueError("overlap needs tma, num_stages >= 2, num_warps 4 or 8 (12 with "
+                             f"block_m 192) and block_m >= 16·num_warps, got {self.label()}")
+        # K/V rows (stages·BLOCK_N) that fit beside the Q and output tiles, by (BLOCK_M, warps)
+        kv_rows = {(128, 8): 256, WS_THREE_CONSUMERS: 512}.get((self.block_m, self.num_warps), 0)
+        if self.warp_specialize and not (self.overlap and self.block_n in (64, 128)
+                                         and self.num_stages * self.block_n <= kv_rows):
+            raise ValueError("warp_specialize needs overlap, block_n 64 or 128, and block_m "
+                             "128 with num_warps 8 and num_stages·block_n <= 256, or block_m "
+                             "192 with num_warps 12 and num_stages·block_n <= 512 (shared "
                              f"memory), got {self.label()}")
 
     @classmethod
@@ -164,6 +182,21 @@ cheaper epilogue (experiment 17): 36.0 µs non-causal (1.00x cuDNN, 0.609x torch
 26.3 µs causal (0.75x cuDNN, 0.434x torch flash) in the gated run; the tuned default for 20 of
 the 24 sm_90 table entries."""
 
+FA3_WS3 = KernelConfig(block_m=192, block_n=128, num_warps=12, num_stages=3, tma=True,
+                       overlap=True, warp_specialize=True)
+"""The warp-specialized kernel with three consumer warpgroups (160 registers each), FA3's
+192x128 tile for D = 64; D = 64 only (elsewhere the launch runs :data:`TRITON_FALLBACK`).
+
+A consumer's GEMMs shrink with D but its softmax does not, so at D = 64 with two consumers one
+consumer's softmax outlasts the other's GEMMs; with three, each softmax has two others' GEMMs to
+hide behind. On the H200 at D = 64, fp16, side by side with :data:`FA3_WS` (reproduce/NOTES.md,
+experiment 18): non-causal 552 against 614 µs at B=4, L=4096 (0.96x cuDNN's time, against
+1.06x), 176 against 179 at B=16, L=1024, 102 against 104 at B=32, L=512; causal 25-27 %
+slower at L <= 1024 (111 against 89 µs at B=32, L=512; 159 against 126 at B=16, L=1024: a
+192-row tile walks the key range of its last row, so its first consumers also compute blocks
+that are masked for all their rows) and equal at L = 4096 and 16384. The tuned table picks it
+where it wins (``tune``)."""
+
 TRITON_FALLBACK = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True)
 """The Triton kernel's launch where the tuned table picked a Gluon kernel that cannot run the
 call (D other than 64 or 128, bottom-right causal with Lq > Lk, inputs TMA cannot address):
@@ -175,7 +208,8 @@ tune.txt): this launch within 0-10 % of the best at every point, :data:`FA3_WS`'
 128x64 w8 s3 tma (D=96, D=80, bottom-right Lq > Lk)."""
 
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS,
-                                  "fa3-overlap": FA3_OVERLAP, "fa3-ws": FA3_WS}
+                                  "fa3-overlap": FA3_OVERLAP, "fa3-ws": FA3_WS,
+                                  "fa3-ws3": FA3_WS3}
 
 
 MMA_V3_ARCHS = range(90, 100)

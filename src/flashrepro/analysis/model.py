@@ -223,17 +223,18 @@ def gluon_overlap_model(block_m: int, block_n: int, head_dim: int, num_warps: in
     return Prediction(total, {**total, "HGMMA": stage})
 
 
-def gluon_ws_model(block_n: int, head_dim: int) -> Prediction:
+def gluon_ws_model(block_n: int, head_dim: int, consumers: int = 2) -> Prediction:
     """Static counts of the warp-specialized Gluon kernel (kernels/fwd_gluon_ws.py): each of
-    its two consumer warpgroups is its own code, :func:`gluon_overlap_model` of a 64-row tile
-    with 4 warps; the producer warp issues no matrix instructions. The kernel is persistent,
-    so all of them sit in a loop (over tiles). FA3's tiles (128 x 128, D = 128): 2 x 32 = 64
-    HGMMA, all in loops.
+    its ``consumers`` warpgroups (2, or 3 in the 192-row tile) is its own code,
+    :func:`gluon_overlap_model` of a 64-row tile with 4 warps; the producer warp issues no
+    matrix instructions. The kernel is persistent, so all of them sit in a loop (over tiles).
+    FA3's tiles (128 x 128, D = 128): 2 x 32 = 64 HGMMA, all in loops.
 
     Raises:
         ValueError: see :func:`wgmma_gemm`.
     """
-    total = {k: 2 * v for k, v in gluon_overlap_model(64, block_n, head_dim, 4).total.items()}
+    one = gluon_overlap_model(64, block_n, head_dim, 4).total
+    total = {k: consumers * v for k, v in one.items()}
     return Prediction(total, dict(total))
 
 

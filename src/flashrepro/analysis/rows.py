@@ -80,10 +80,11 @@ def _triton_prediction(result: KernelSass,
     layouts = result.mma_layouts
     try:
         if result.spec.variant == "fwd_gluon_ws":
-            return (model.gluon_ws_model(cfg.block_n, d),
-                    ["two consumer warpgroups, each its own code: wgmma m64nNk16 S_0, then S_j "
-                     "and P_{j-1}·V_{j-1} per loop body, then the last P·V, all in the loop "
-                     "over tiles; P from registers"])
+            consumers = cfg.block_m // 64
+            return (model.gluon_ws_model(cfg.block_n, d, consumers),
+                    [f"{consumers} consumer warpgroups, each its own code: wgmma m64nNk16 S_0, "
+                     "then S_j and P_{j-1}·V_{j-1} per loop body, then the last P·V, all in the "
+                     "loop over tiles; P from registers"])
         if result.spec.variant == "fwd_gluon":
             return (model.gluon_overlap_model(cfg.block_m, cfg.block_n, d, cfg.num_warps),
                     ["wgmma m64nNk16: S_0, then S_j and P_{j-1}·V_{j-1} per loop body, "

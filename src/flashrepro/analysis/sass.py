@@ -40,6 +40,7 @@ from flashrepro.configs import (
     FA3_WS,
     P_IN_REGISTERS,
     TRITON_FALLBACK,
+    WS_THREE_CONSUMERS,
     KernelConfig,
     default_config,
 )
@@ -62,7 +63,8 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90
         default = dataclasses.replace(default, tma=False)
     gluon = default  # where it is a Gluon kernel, also count the Triton kernel at its tiles
-    default = dataclasses.replace(default, overlap=False, warp_specialize=False)
+    default = (TRITON_FALLBACK if (default.block_m, default.num_warps) == WS_THREE_CONSUMERS
+               else dataclasses.replace(default, overlap=False, warp_specialize=False))
     rows = [("article", ARTICLE, "article config")]
     if default == ARTICLE:
         rows.append(("fwd", ARTICLE, "article config = production default"))
