@@ -1,0 +1,22 @@
+"""Back-to-back calls of flashrepro's default launch, torch's cuDNN and flash backends at the
+article problem (causal or not), for Nsight Compute to read each kernel's own duration and SM
+clock (session10_c.sh): how much of a timed call's period is the kernel itself.
+
+    PYTHONPATH=src:. python reproduce/gpu/kernel_durations.py full|causal [calls]
+"""
+
+import sys
+
+import torch
+
+from flashrepro.bench.problem import Problem, load_article
+from reproduce.gpu.gluon_probe import peer_calls
+
+article, _ = load_article()
+problem = Problem(**{**article.as_dict(), "causal": sys.argv[1] == "causal"})
+q, k, v = problem.inputs()
+calls = int(sys.argv[2]) if len(sys.argv) > 2 else 5
+for fn in peer_calls(q, k, v, problem.causal).values():
+    for _ in range(calls):
+        fn()
+torch.cuda.synchronize()
