@@ -15,10 +15,10 @@ echo "timing rc=$? [$(($(date +%s) - start)) s]"; grep -v Warning "$OUT/timing.t
 for mask in full causal; do
   timeout 90 ncu --clock-control none --cache-control none \
     --metrics gpu__time_duration.sum,sm__cycles_elapsed.avg.per_second,sm__cycles_elapsed.max \
-    -k "regex:gluon_ws|cudnn|flash_fwd" --launch-skip 6 --launch-count 9 --csv \
+    -k "regex:gluon_ws|cudnn|flash_fwd" --launch-count 15 --csv \
     python3 reproduce/gpu/kernel_durations.py $mask 5 > "$OUT/ncu_$mask.csv" 2>&1
   echo "ncu $mask rc=$? [$(($(date +%s) - start)) s]"
-  grep -E "gpu__time_duration|per_second" "$OUT/ncu_$mask.csv" | awk -F'","' '{print $5, $(NF-2), $NF}' | cut -c1-150
+  grep -E "gpu__time_duration|per_second" "$OUT/ncu_$mask.csv" | cut -c1-60,200-400 | head -32
 done
 timeout 150 python3 reproduce/gpu/coldstart_probe.py parity > "$OUT/parity.txt" 2>&1
 echo "parity rc=$? [$(($(date +%s) - start)) s] ok=$(grep -c '| ok' "$OUT/parity.txt") fail=$(grep -c FAIL "$OUT/parity.txt")"
