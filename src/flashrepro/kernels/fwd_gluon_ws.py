@@ -212,8 +212,21 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
             causal_offset, TILE_M, BLOCK_N, CAUSAL)
         row0 = (start_m * NUM_CONSUMERS + CONSUMER) * CONSUMER_ROWS  # this warpgroup's rows
-        # Blocks [0, n_full) need no mask for any of this warpgroup's rows.
-        n_full, _ = _key_blocks(row0, CONSUMER_ROWS, seqlen_k, causal_offset, BLOCK_N, CAUSAL)
+        # Blocks [0, n_full) need no mask for any of this warpgroup's rows, [n_own, n_blocks)
+        # are masked for all of them (right of their diagonal): the tile's key range is its
+        # last row's. Rows all past Lq (a ragged last tile) need only block 0.
+        n_full, n_own = _key_blocks(row0, CONSUMER_ROWS, seqlen_k, causal_offset, BLOCK_N,
+                                    CAUSAL)
+        if row0 >= seqlen_q:
+            n_own = 1
+        if NUM_CONSUMERS == 2:
+            # Two consumers walk the whole range: skipping measured 2 % slower at the article
+            # problem (tile-boundary code), and their 128-row tiles rarely leave blocks to skip
+            # (reproduce/NOTES.md, experiment 18).
+            n_own = n_blocks
+        # The program's last turn (its last consumer's last block) passes to nobody, so no
+        # arrival is left pending on a named barrier.
+        final = (CONSUMER == NUM_CONSUMERS - 1) & (local + 1 >= num_local)
         rows = row0 + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
         m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
         l_i = gl.zeros([CONSUMER_ROWS], gl.float32, layout=row_layout)
@@ -240,7 +253,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
 
         # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V;
         # hand each slot back the moment the wgmma that read it has finished --
-        for j in range(1, n_blocks):
+        for j in range(1, n_own):
             slot = (it + j) % NUM_STAGES
             prev = (it + j - 1) % NUM_STAGES
             mbarrier.wait(k_ready.index(slot), ((it + j) // NUM_STAGES) & 1)
@@ -264,15 +277,13 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         # Every Q·Kᵀ of this tile has finished: Q buffer qb is free for the tile after next.
         mbarrier.arrive(q_empty.index(qb), count=1)
 
-        # -- the last block's P·V, then the epilogue: normalise once, store through TMA --
-        last = it + n_blocks - 1
+        # -- its last block's P·V, then the epilogue: normalise once, store through TMA --
+        last = it + n_own - 1
         mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
         _wait_turn(CONSUMER)
         v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
         acc = warpgroup_mma(p, v_last, acc, is_async=True)
-        # The last consumer's last turn of the program passes to nobody: no arrival is left
-        # pending.
-        if (CONSUMER != NUM_CONSUMERS - 1) | (local + 1 < num_local):
+        if not (final & (n_own == n_blocks)):
             _pass_turn(CONSUMER, NUM_CONSUMERS)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
@@ -280,6 +291,20 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         tma.store_wait(pendings=0)  # the previous tile's output has left o_tile
         store_output(acc, m_i, l_i, row0, rows, o_tile, o_desc, off_b, off_h, LSE, stride_lb,
                      stride_lh, seqlen_q, STORE_LSE)
+
+        # -- blocks none of its rows sees: hand the slots back once loaded (an earlier
+        # arrival could count towards the slot's previous use) and pass the turn, so the
+        # others' slots and turns go on as if it had computed them --
+        for j in range(n_own, n_blocks):
+            slot = (it + j) % NUM_STAGES
+            phase = ((it + j) // NUM_STAGES) & 1
+            mbarrier.wait(k_ready.index(slot), phase)
+            mbarrier.arrive(k_empty.index(slot), count=1)
+            mbarrier.wait(v_ready.index(slot), phase)
+            mbarrier.arrive(v_empty.index(slot), count=1)
+            _wait_turn(CONSUMER)
+            if not (final & (j == n_blocks - 1)):
+                _pass_turn(CONSUMER, NUM_CONSUMERS)
         it += n_blocks
     tma.store_wait(pendings=0)
 
