@@ -6,9 +6,14 @@ blocks per tile that are masked for all their rows, and in a ragged last tile (L
 with 192 rows) one or two consumers compute rows past Lq (11 % of the work at L = 1024). Now a
 consumer computes blocks [0, n_own) of its own rows (block 0 only for rows past Lq), stores its
 output, then hands the remaining slots back as they load and passes its turns. Timed side by
-side with the kernel before (``reproduce/gpu/ws_before_skip.py``, written by the caller):
+side with the kernel before, written by the caller (git is not on the device):
 
+    git show a2c6688:src/flashrepro/kernels/fwd_gluon_ws.py > reproduce/gpu/ws_before_skip.py
     PYTHONPATH=src:. python reproduce/gpu/skip_probe.py
+
+Run in session 10 (call D, ``reproduce/results/nvidia-h200/session10/d-skip``) with the skip for
+two consumers too ("ws2 now"); e3dc9a1 keeps it for three only, so today "ws2 now" and "ws2
+before" are the same kernel.
 """
 
 import torch

@@ -20,6 +20,11 @@ For the article problem non-causal and causal, and B=16 L=1024 non-causal: three
 launches inside one Proton session (the first compiles), the Chrome trace saved as
 ``OUT_DIR/<problem>.chrome_trace.json.gz``, and a table per phase and tile (median and
 max over the consumer warps of all programs) of the second and third launch printed.
+
+Units: Proton converts clock cycles at a nominal 1000 MHz (the trace's ``Frequency (MHz)``), so
+a trace µs is 1000 SM cycles. Proton's host work separates the launches (they are not back to
+back), and its counters cost the consumers a few spilled registers: compare phases with each
+other, not with the timed kernel. Session 10's run: reproduce/NOTES.md, experiment 18.
 """
 
 from __future__ import annotations

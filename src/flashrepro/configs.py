@@ -179,8 +179,9 @@ Triton default 46.0), 865 µs at B=4, L=4096 non-causal (1.02x cuDNN), 494 µs t
 order (experiment 16): 36.7 µs non-causal (1.02x cuDNN, 0.618x torch flash) and 27.4 µs causal
 (0.78x cuDNN, 0.449x torch flash) in the gated run. With the turn on named barriers and a
 cheaper epilogue (experiment 17): 36.0 µs non-causal (1.00x cuDNN, 0.609x torch flash) and
-26.3 µs causal (0.75x cuDNN, 0.434x torch flash) in the gated run; the tuned default for 20 of
-the 24 sm_90 table entries."""
+26.3 µs causal (0.75x cuDNN, 0.434x torch flash) in the gated run; in session 10's (experiment
+18) 35.7 µs (0.99x cuDNN, 0.605x) and 26.2 µs (0.74x cuDNN, 0.431x). The tuned default for 15
+of the 24 sm_90 table entries, :data:`FA3_WS3` for 6 more."""
 
 FA3_WS3 = KernelConfig(block_m=192, block_n=128, num_warps=12, num_stages=3, tma=True,
                        overlap=True, warp_specialize=True)
@@ -194,8 +195,10 @@ experiment 18): non-causal 552 against 614 µs at B=4, L=4096 (0.96x cuDNN's tim
 1.06x), 176 against 179 at B=16, L=1024, 102 against 104 at B=32, L=512; causal 25-27 %
 slower at L <= 1024 (111 against 89 µs at B=32, L=512; 159 against 126 at B=16, L=1024: a
 192-row tile walks the key range of its last row, so its first consumers also compute blocks
-that are masked for all their rows) and equal at L = 4096 and 16384. The tuned table picks it
-where it wins (``tune``)."""
+that are masked for all their rows) and equal at L = 4096 and 16384. Since then each consumer
+computes only the blocks its own rows see (1.6-1.7 % faster non-causal at L <= 1024, 9-12 %
+causal, still behind :data:`FA3_WS` there). The tuned table's choice at D = 64 non-causal, every
+length (``tune --against-table``, session 10)."""
 
 TRITON_FALLBACK = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True)
 """The Triton kernel's launch where the tuned table picked a Gluon kernel that cannot run the
