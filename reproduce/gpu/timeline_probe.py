@@ -16,6 +16,9 @@ profiling code. Run from the repository root on an H200:
 
     PYTHONPATH=src:. python reproduce/gpu/timeline_probe.py OUT_DIR
 
+and, first, on any machine (no GPU): ``timeline_probe.py --offline`` compiles the instrumented
+kernel for sm_90 with the same Proton settings (tests/test_timeline_probe.py runs it).
+
 For the article problem non-causal and causal, and B=16 L=1024 non-causal: three back-to-back
 launches inside one Proton session (the first compiles), the Chrome trace saved as
 ``OUT_DIR/<problem>.chrome_trace.json.gz``, and a table per phase and tile (median and
@@ -72,6 +75,11 @@ EDITS = [  # (text in the kernel, replacement): each must occur exactly once
      "    tma.store_wait(pendings=0)\n"),
 ]
 PHASES = ["wait_q_k0", "block0", "loop", "last_pv", "epilogue"]
+# Per CTA, a global buffer split evenly over the kernel's 12 warps; each share must be a power
+# of two (session 10's first call was refused with 64 KiB): 4 KiB, 512 records of 8 bytes, 160
+# per launch at B=16.
+MODE = proton.mode.Default(buffer_type="global", granularity="warp", buffer_size=12 * 4096)
+SM90_MAX_SHARED = 232448  # bytes per block on sm_90 (227 KiB), what Proton's hook reads
 
 
 def variant_source() -> str:
@@ -144,7 +152,63 @@ def summarize(events: list[dict], launch: int) -> list[list]:
     return rows
 
 
+def offline_check(causal: bool) -> int:
+    """Compile the instrumented kernel for sm_90 on a machine without a GPU, with the passes
+    Proton's instrumentation hook registers (``InstrumentationHook.activate``, which itself
+    needs a GPU) and :data:`MODE`; returns the PTX's clock reads (one per scope boundary and
+    consumer warpgroup). Raises where Proton or ptxas refuse the kernel, as on the GPU."""
+    import triton
+    from triton._C.libtriton import passes as triton_passes
+    from triton._C.libtriton import proton as triton_proton
+    from triton.backends import backends
+    from triton.profiler.flags import flags
+    from triton.profiler.hooks.instrumentation import Instrumentation, InstrumentationHook
+    from triton.runtime.driver import driver
+
+    from flashrepro.analysis.offline_compile import TARGETS, _OfflineDriver
+
+    def to_llvmir(pm) -> None:
+        triton_proton.add_convert_proton_to_protongpu(
+            pm, MODE.metric_type, MODE.sampling_strategy, MODE.sampling_options,
+            MODE.granularity, MODE.buffer_strategy, MODE.buffer_type, MODE.buffer_size,
+            SM90_MAX_SHARED, InstrumentationHook.profile_buffer_size,
+            InstrumentationHook.profile_buffer_alignment, True)
+        triton_passes.common.add_cse(pm)
+        triton_proton.add_allocate_proton_shared_memory(pm)
+
+    def to_llvm(pm) -> None:
+        triton_proton.add_allocate_proton_global_scratch_buffer(pm)
+        triton_proton.add_convert_proton_nvidia_gpu_to_llvm(pm)
+
+    flags.instrumentation_on = True
+    backends["nvidia"].compiler.instrumentation = Instrumentation(
+        {"ttgpuir_to_llvmir": to_llvmir, "llvmir_to_llvm": to_llvm})
+    triton.knobs.compilation.instrumentation_mode = str(MODE)
+    with tempfile.TemporaryDirectory() as tmp:
+        module = load_variant(Path(tmp))
+        kernel = module.attn_fwd_gluon_ws_kernel
+        launches = []
+        kernel.run = lambda *args, grid, warmup, **kw: launches.append((args, kw, grid))
+        article, _ = load_article()
+        q = torch.empty(article.batch, article.heads, article.seqlen_q, article.head_dim,
+                        dtype=torch.float16)
+        module.launch(q, torch.empty_like(q), torch.empty_like(q), torch.empty_like(q),
+                      torch.empty(q.shape[:3]), causal=causal, qk_scale=0.1, causal_offset=0,
+                      heads_per_group=32, store_lse=True, block_n=128, num_stages=2,
+                      num_programs=132)
+        del kernel.run
+        args, kw, grid = launches[0]
+        driver.set_active(_OfflineDriver(TARGETS["sm_90"]))
+        ptx = kernel.warmup(*args, grid=grid, **kw).asm["ptx"]
+    return ptx.count("%clock")
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--offline"]:
+        for causal in (False, True):
+            print(f"causal={causal}: the instrumented kernel compiles for sm_90 offline, "
+                  f"{offline_check(causal)} clock reads in its PTX")
+        return
     out_dir = Path(sys.argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     article, _ = load_article()
@@ -153,9 +217,6 @@ def main() -> None:
                 "b16-l1024-noncausal": Problem(batch=16, heads=16, seqlen_q=1024,
                                                seqlen_k=1024, head_dim=128, dtype="float16",
                                                causal=False)}
-    # Per CTA; Proton splits it evenly over the 12 warps, each share a power of two (4 KiB:
-    # 512 records of 8 bytes, 160 per launch at B=16)
-    mode = proton.mode.Default(buffer_type="global", granularity="warp", buffer_size=12 * 4096)
     with tempfile.TemporaryDirectory() as tmp:
         module = load_variant(Path(tmp))
         for name, problem in problems.items():
@@ -163,8 +224,8 @@ def main() -> None:
             sms = torch.cuda.get_device_properties(q.device).multi_processor_count
             run = ws_call(q, k, v, problem.causal, (128, 2), sms, module=module)
             stem = Path(tmp) / name
-            proton.start(str(stem), data="trace", backend="instrumentation", mode=mode)
-            for _ in range(3):  # the first compiles; the last two run back to back
+            proton.start(str(stem), data="trace", backend="instrumentation", mode=MODE)
+            for _ in range(3):  # the first compiles; Proton's host work separates them
                 run()
             torch.cuda.synchronize()
             proton.finalize(output_format="chrome_trace")
