@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # H200, one call: the warp-specialized kernel through the API, after a change to it.
-#  1. `tune --configs fa3-ws --against-table --write`: the kernel against each point's current
+#  1. `tune --configs fa3-ws fa3-ws3 --against-table --write`: the ws kernel (fa3-ws3, its
+#     three-consumer tile, at D = 64 only; added after session 9) against each point's current
 #     table entry (24 points: L 512..16384, D 64/128, causal and not).
 #  2. `reproduce` with the new table, made the new baseline (history kept: the committed
 #     baselines are copied in first).
@@ -15,7 +16,7 @@ OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$W/nvidia-smi.csv"
 start=$(date +%s)
-timeout 230 python3 -m flashrepro tune --rounds 3 --configs fa3-ws --against-table --write \
+timeout 230 python3 -m flashrepro tune --rounds 3 --configs fa3-ws fa3-ws3 --against-table --write \
   > "$W/tune.txt" 2>&1
 echo "tune rc=$? [$(($(date +%s) - start)) s]"; cp reproduce/tuned.json "$W/"; grep best "$W/tune.txt"
 cp -r reproduce/baselines "$W/baselines"
