@@ -21,7 +21,9 @@ LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
             KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
             KernelConfig(128, 128, 8, 1, tma=True), KernelConfig(16, 256, 1, 8),
             KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True),
-            KernelConfig(192, 64, 12, 8, tma=True, overlap=True, warp_specialize=True)]
+            KernelConfig(192, 64, 12, 8, tma=True, overlap=True, warp_specialize=True),
+            KernelConfig(128, 128, 8, 2, tma=True, overlap=True, warp_specialize=True,
+                         tile_grid=True)]
 
 
 @pytest.mark.parametrize("cfg", LABELLED, ids=KernelConfig.label)
@@ -50,6 +52,8 @@ def test_parse_names(name: str) -> None:
                                       r"12 and num_stages·block_n <= 512"),
     ("192x128 w12 s3 tma overlap", "block_m 192 with 12 warps .* needs warp_specialize"),
     ("192x128 w12 s1 tma overlap ws", r"overlap needs .* \(12 with block_m 192\)"),
+    ("128x128 w8 s2 tma overlap tilegrid", "tile_grid needs warp_specialize"),
+    ("128x128 w8 s2 tma overlap tilegrid ws", "config must be a name"),  # label order
     ("192x128 w8 s3 tma overlap ws", r"block_m must be one of .* \(or 192 with 12 warps.*got "
                                      r"192"),
     ("128x128 w12 s2 tma overlap ws", r"num_warps must be a power of two in 1..16, got 12 "
@@ -242,3 +246,26 @@ def test_tune_keeps_the_incumbent_unless_beaten_by_the_margin() -> None:
     for bad in ("-1", "100", "x"):
         with pytest.raises(SystemExit):
             build_parser().parse_args(["tune", "--min-gain", bad])
+
+
+@pytest.mark.parametrize(("tile_grid", "programs"), [(False, 132), (True, None)])
+def test_tile_grid_launches_one_program_per_tile(monkeypatch: pytest.MonkeyPatch,
+                                                 tile_grid: bool, programs: int | None) -> None:
+    """The ws kernel's launch gets the persistent grid (the SM count; 132 off a GPU) unless the
+    config asks for one program per tile (num_programs None). Checked at the dispatch: the
+    Gluon path is forced on and the launch recorded, as the offline compile does."""
+    import dataclasses
+
+    import torch
+
+    from flashrepro import api
+
+    launches = []
+    monkeypatch.setattr(api, "_overlap_ok", lambda *args: True)
+    monkeypatch.setattr(api, "_tma_ok", lambda *args: True)
+    monkeypatch.setattr(api.fwd_gluon_ws, "launch", lambda *args, **kw: launches.append(kw))
+    q = torch.randn(1, 2, 300, 64, dtype=torch.float16)
+    for config in (FA3_WS, NAMED["fa3-ws3"]):
+        api.attention(q, q, q, config=dataclasses.replace(config, tile_grid=tile_grid))
+        assert launches[-1]["num_programs"] == programs
+        assert launches[-1]["num_consumers"] == config.block_m // 64

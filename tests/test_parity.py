@@ -74,12 +74,16 @@ GPU_CONFIGS = {
          KernelConfig(32, 64, 4, 2), KernelConfig(128, 32, 4, 2),
          KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
          KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True),
-         KernelConfig(192, 64, 12, 4, tma=True, overlap=True, warp_specialize=True)],
+         KernelConfig(192, 64, 12, 4, tma=True, overlap=True, warp_specialize=True),
+         KernelConfig(192, 128, 12, 3, tma=True, overlap=True, warp_specialize=True,
+                      tile_grid=True)],
     # fa3-ws3 at D = 128: the launch runs TRITON_FALLBACK
     128: [None, "article", "p-in-registers", "fa3-overlap", "fa3-ws", "fa3-ws3",
           KernelConfig(32, 64, 4, 2), KernelConfig(128, 32, 4, 2),
           KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
-          KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True)],
+          KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True),
+          KernelConfig(128, 128, 8, 2, tma=True, overlap=True, warp_specialize=True,
+                       tile_grid=True)],
     256: [None, KernelConfig(64, 32, 4, 2), KernelConfig(32, 64, 4, 2),
           KernelConfig(128, 32, 8, 1), KernelConfig(64, 64, 4, 1)],
 }

@@ -53,6 +53,13 @@ class KernelConfig:
             memory. The 192-row tile is the one BLOCK_M that is no power of two; it runs at
             D = 64 only (three consumers' registers), and where the ws kernel cannot run it
             the launch runs :data:`TRITON_FALLBACK`.
+        tile_grid: with ``warp_specialize``, launch one program per tile (FA3's single-tile
+            scheduler) instead of the persistent grid of one program per SM: the hardware then
+            hands the next tile to whichever SM frees first, a dynamic schedule, at the cost
+            of the persistent kernel's overlap between a program's tiles (the next tile's
+            loads, the output store). Long causal problems, whose tile costs vary, are where it
+            can win (one program per tile was 11 % faster at L = 16384 causal in
+            reproduce/NOTES.md, experiment 16).
 
     Raises:
         TypeError: a size that is not an int, or a flag that is not a bool.
@@ -66,13 +73,14 @@ class KernelConfig:
     tma: bool = False
     overlap: bool = False
     warp_specialize: bool = False
+    tile_grid: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "num_warps", "num_stages"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        for name in ("tma", "overlap", "warp_specialize"):
+        for name in ("tma", "overlap", "warp_specialize", "tile_grid"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
@@ -104,6 +112,9 @@ class KernelConfig:
                              "128 with num_warps 8 and num_stages·block_n <= 256, or block_m "
                              "192 with num_warps 12 and num_stages·block_n <= 512 (shared "
                              f"memory), got {self.label()}")
+        if self.tile_grid and not self.warp_specialize:
+            raise ValueError("tile_grid needs warp_specialize (the other kernels always run "
+                             f"one program per tile), got {self.label()}")
 
     @classmethod
     def parse(cls, text: str) -> KernelConfig:
@@ -116,23 +127,25 @@ class KernelConfig:
         text = text.strip()  # names and labels alike
         if text in NAMED:
             return NAMED[text]
-        match = re.fullmatch(r"([0-9]+)x([0-9]+) w([0-9]+) s([0-9]+)( tma)?( overlap)?( ws)?",
-                             text)
+        match = re.fullmatch(
+            r"([0-9]+)x([0-9]+) w([0-9]+) s([0-9]+)( tma)?( overlap)?( ws)?( tilegrid)?", text)
         if match is None:
             raise ValueError(f"config must be a name in {sorted(NAMED)} or a label like "
                              f"'64x64 w4 s3' or '64x64 w4 s3 tma', got {text!r}")
         block_m, block_n, warps, stages = (int(g) for g in match.groups()[:4])
         return cls(block_m, block_n, warps, stages, tma=match.group(5) is not None,
-                   overlap=match.group(6) is not None, warp_specialize=match.group(7) is not None)
+                   overlap=match.group(6) is not None, warp_specialize=match.group(7) is not None,
+                   tile_grid=match.group(8) is not None)
 
     def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
 
     def label(self) -> str:
         """Short text such as ``64x64 w4 s3 tma`` (BLOCK_M x BLOCK_N, warps, stages, flags:
-        ``tma``, ``overlap``, ``ws`` for warp_specialize)."""
+        ``tma``, ``overlap``, ``ws`` for warp_specialize, ``tilegrid``)."""
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}"
-                + " tma" * self.tma + " overlap" * self.overlap + " ws" * self.warp_specialize)
+                + " tma" * self.tma + " overlap" * self.overlap + " ws" * self.warp_specialize
+                + " tilegrid" * self.tile_grid)
 
 
 ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)
