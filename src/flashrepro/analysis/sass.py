@@ -64,7 +64,8 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
         default = dataclasses.replace(default, tma=False)
     gluon = default  # where it is a Gluon kernel, also count the Triton kernel at its tiles
     default = (TRITON_FALLBACK if (default.block_m, default.num_warps) == WS_THREE_CONSUMERS
-               else dataclasses.replace(default, overlap=False, warp_specialize=False))
+               else dataclasses.replace(default, overlap=False, warp_specialize=False,
+                                        tile_grid=False))
     rows = [("article", ARTICLE, "article config")]
     if default == ARTICLE:
         rows.append(("fwd", ARTICLE, "article config = production default"))
