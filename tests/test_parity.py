@@ -40,7 +40,8 @@ def test_interpreter_parity(d: int, lq: int, lk: int, causal: bool, config: Kern
 
 
 @pytest.mark.parametrize(("config", "d"), [(KernelConfig(16, 16, 4, 1), 16), ("fa3-overlap", 64),
-                                           ("fa3-ws", 64)], ids=["triton", "gluon", "gluon-ws"])
+                                           ("fa3-ws", 64), ("fa3-ws3", 64)],
+                         ids=["triton", "gluon", "gluon-ws", "gluon-ws3"])
 @pytest.mark.parametrize("heads_per_group", [1, 4, 6])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_head_groups(heads_per_group: int, causal: bool, config: KernelConfig | str, d: int,
@@ -213,3 +214,25 @@ def test_gpu_three_consumers_run_at_d64(shape: tuple[int, ...], causal: bool,
     before = len(compiled_kernels(attn_fwd_gluon_ws_kernel))
     check_parity(*wide, causal=causal, config="fa3-ws3")
     assert len(compiled_kernels(attn_fwd_gluon_ws_kernel)) == before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mask", ["full", "top-left", "bottom-right"])
+@pytest.mark.parametrize("shape", [(1, 2, 2, 100, 300), (2, 48, 16, 330, 460),
+                                   (3, 6, 2, 450, 300), (1, 4, 1, 1000, 1025)],
+                         ids=["last-consumer-skips", "gqa-several-tiles", "lq-over-lk",
+                              "gqa-ragged"])
+def test_gpu_three_consumers_skip(shape: tuple[int, ...], mask: str, dtype: torch.dtype,
+                                  device: torch.device) -> None:
+    """fa3-ws3's per-consumer skip (each consumer computes only the key blocks its rows see,
+    then hands the rest back; kernels/fwd_gluon_ws.py) under the masks and shapes that reach
+    it: bottom-right offsets > 0 (Lk > Lq), ragged tiles with consumers past Lq (Lq = 100: in
+    every tile the last consumer skips, so each program's final turn is in the skip loop),
+    GQA, and 2 x 48 x 2 = 192 tiles for 132 programs (runs across tiles). Lq > Lk
+    bottom-right leaves rows without keys: the launch runs TRITON_FALLBACK. The protocol
+    itself is checked on the CPU (tests/test_ws_protocol.py)."""
+    b, h, h_kv, lq, lk = shape
+    q, k, v = random_qkv(b, h, lq, lk, 64, dtype, device, h_kv=h_kv)
+    check_parity(q, k, v, causal=mask != "full", bottom_right=mask == "bottom-right",
+                 enable_gqa=h != h_kv, config="fa3-ws3")

@@ -218,7 +218,7 @@ def test_the_ws_turn_has_named_barriers_of_its_own() -> None:
 
 
 @pytest.mark.parametrize("target", ["sm_80", "sm_90-mma.sync"])
-@pytest.mark.parametrize("entry", ["fa3-overlap", "fa3-ws"])
+@pytest.mark.parametrize("entry", ["fa3-overlap", "fa3-ws", "fa3-ws3"])
 def test_gluon_table_entry_off_the_wgmma_path(target: str, entry: str,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A table entry with overlap (``tune --configs fa3-overlap --write`` on an A100 writes one)
@@ -230,6 +230,19 @@ def test_gluon_table_entry_off_the_wgmma_path(target: str, entry: str,
     assert not [v for v, _, _ in rows if v.startswith("fwd_gluon")]
     assert ("fwd", dataclasses.replace(TRITON_FALLBACK, tma=target == "sm_90-mma.sync")) in [
         (v, c) for v, c, _ in rows]
+
+
+def test_three_consumer_default_on_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 192-row default (fa3-ws3, the table's D = 64 non-causal entries) counts the ws kernel
+    at its own tiles and, beside it, the Triton kernel as api.attention runs it where the ws
+    kernel cannot: at TRITON_FALLBACK (the Triton kernel has no 192-row tile, and the config
+    without ``warp_specialize`` is refused), with a role that says so."""
+    monkeypatch.setattr(sass, "default_config", lambda *args: NAMED["fa3-ws3"])
+    rows = sass._configs("sm_90", PROBLEM)
+    assert ("fwd_gluon_ws", NAMED["fa3-ws3"]) in [(v, c) for v, c, _ in rows]
+    fwd = [(c, r) for v, c, r in rows if v == "fwd" and c != ARTICLE]
+    assert fwd == [(TRITON_FALLBACK, fwd[0][1])] and "TRITON_FALLBACK" in fwd[0][1]
+    assert not [c for _, c, _ in rows if c.block_m == 192 and not c.warp_specialize]
 
 
 @pytest.mark.parametrize("changed", [KernelConfig(64, 32, 4, 3), KernelConfig(64, 64, 8, 3)],

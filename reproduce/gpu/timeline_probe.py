@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import gzip
 import importlib.util
-import itertools
 import json
 import shutil
 import statistics
@@ -106,23 +105,21 @@ def trace_events(path: Path) -> list[dict]:
     return [e for e in events if e.get("ph") == "X"]
 
 
-def split_launches(events: list[dict]) -> dict[tuple, list[list[dict]]]:
-    """Each warp's events (by pid, tid) in time order, split into launches: inside a launch a
-    warp's scopes follow each other with no gap, between launches lies at least the next
-    launch's prologue, so a gap above a tenth of the median loop is a new launch."""
+def split_launches(events: list[dict]) -> list[dict[tuple, list[dict]]]:
+    """The launches in time order, each as every warp's events in time order. Launches are
+    told apart on the trace's global clock: Proton's host work separates them (thousands of
+    units), while inside a launch some warp is always inside a scope, so a stretch above a
+    tenth of the median loop with no scope open is a new launch. A warp is (CTA, warp): the
+    trace's ``pid`` also names the SM ("Core"), and a CTA may run on another SM in another
+    launch (session 10's traces: CTAs 0-7 did)."""
     loop = statistics.median(float(e["dur"]) for e in events if e["name"] == "loop")
-    per_warp: dict[tuple, list[dict]] = defaultdict(list)
+    launches: list[dict[tuple, list[dict]]] = []
+    end = float("-inf")
     for e in sorted(events, key=lambda e: float(e["ts"])):
-        per_warp[(e["pid"], e["tid"])].append(e)
-    launches = {}
-    for key, evs in per_warp.items():
-        groups = [[evs[0]]]
-        for prev, e in itertools.pairwise(evs):
-            gap = float(e["ts"]) - float(prev["ts"]) - float(prev["dur"])
-            if gap > 0.1 * loop:
-                groups.append([])
-            groups[-1].append(e)
-        launches[key] = groups
+        if float(e["ts"]) - end > 0.1 * loop:
+            launches.append(defaultdict(list))
+        end = max(end, float(e["ts"]) + float(e["dur"]))
+        launches[-1][(e["pid"].split()[-1], e["tid"])].append(e)
     return launches
 
 
@@ -131,10 +128,7 @@ def summarize(events: list[dict], launch: int) -> list[list]:
     in launch ``launch`` (trace time units), tiles 0, 1 and the program's last."""
     durations: dict[tuple, list[float]] = defaultdict(list)
     spans = []
-    for groups in split_launches(events).values():
-        if launch >= len(groups):
-            continue
-        evs = groups[launch]
+    for evs in split_launches(events)[launch].values():
         spans.append((float(evs[0]["ts"]), float(evs[-1]["ts"]) + float(evs[-1]["dur"])))
         n_tiles = sum(e["name"] == "epilogue" for e in evs)
         count: dict[str, int] = defaultdict(int)

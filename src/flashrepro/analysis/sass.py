@@ -52,9 +52,10 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     """(variant, config, role) of one target's compiles: ``article`` and ``fwd`` at the article
     config, ``fwd`` at the production default config (one row when the two configs agree),
     where the default is a Gluon kernel also ``fwd_gluon`` or ``fwd_gluon_ws`` (and ``fwd`` at
-    its tiles), on sm_90 ``fwd_gluon_ws`` always (at :data:`~flashrepro.configs.FA3_WS` where it
-    is not the default), and on mma.sync targets ``fwd`` at
-    :data:`~flashrepro.configs.P_IN_REGISTERS`."""
+    its tiles, or at :data:`~flashrepro.configs.TRITON_FALLBACK`'s for a 192-row tile, which
+    only the ws kernel runs), on sm_90 ``fwd_gluon_ws`` always (at
+    :data:`~flashrepro.configs.FA3_WS` where it is not the default), and on mma.sync targets
+    ``fwd`` at :data:`~flashrepro.configs.P_IN_REGISTERS`."""
     arch = TARGETS[target].arch
     default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                              TARGETS[target].config_arch)
@@ -73,7 +74,9 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
         role = ("production default: P in registers (warps over rows)"
                 if default == P_IN_REGISTERS else "production default")
         if gluon.overlap:
-            role = "Triton kernel at the production default's tiles"
+            role = ("Triton kernel where the ws kernel cannot run (TRITON_FALLBACK: 192-row "
+                    "tiles are the ws kernel's only)" if default == TRITON_FALLBACK
+                    else "Triton kernel at the production default's tiles")
         rows += [("fwd", ARTICLE, "article config"), ("fwd", default, role)]
     if gluon.overlap and not gluon.warp_specialize:
         rows.append(("fwd_gluon", gluon,

@@ -25,16 +25,19 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   rounds, backwards in odd ones): under a causal mask the tiles come heaviest first, so the
   program with a round's heaviest tile gets the next round's lightest.
 
-A tile is 128 query rows (two consumers; three give FA3's 192-row tile for D = 64, an
-experiment); consumer warpgroup c owns rows [64·c, 64·c + 64) of it,
-with its own Q tile, running max/sum and accumulator, and all consumers read the same K/V
-slots. Under a causal mask all walk the tile's key range (that of its last row); blocks
-right of a row's diagonal are masked to zero for that row. Each consumer keeps the
-intra-warpgroup overlap of :mod:`flashrepro.kernels.fwd_gluon`: the softmax of S_j runs while
+A tile is 128 query rows (two consumers; three give FA3's 192-row tile for D = 64, config
+fa3-ws3); consumer warpgroup c owns rows [64·c, 64·c + 64) of it, with its own Q tile,
+running max/sum and accumulator, and all consumers read the same K/V slots. Two consumers
+walk the tile's key range (that of its last row; under a causal mask blocks right of a row's
+diagonal are masked to zero for that row); of three, each computes only the blocks its own
+rows see, then hands the later slots and turns on. Each consumer keeps the intra-warpgroup
+overlap of :mod:`flashrepro.kernels.fwd_gluon`: the softmax of S_j runs while
 P_{j-1}·V_{j-1} is on the tensor cores.
 
 Scope as :mod:`flashrepro.kernels.fwd_gluon` (the launcher checks it). Measured on the H200:
-reproduce/NOTES.md, experiments 15-17.
+reproduce/NOTES.md, experiments 15-18. The synchronization is checked on the CPU by running
+this file's producer and consumer against a model of warps and barriers
+(tests/test_ws_protocol.py).
 """
 
 import torch
@@ -411,9 +414,9 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         block_n, num_stages: the K/V tile and slot count (``KernelConfig`` fields).
         num_programs: the persistent grid, at most one program per tile (the launcher passes
             the SM count: the kernel's registers allow one program per SM); None: one per tile.
-        num_consumers: consumer warpgroups, 2 (what ``KernelConfig`` launches: 128-row tiles)
-            or 3 (FA3's 192-row tile for D = 64, 160 registers per consumer; built for
-            reproduce/gpu/consumers_probe.py, not yet a config).
+        num_consumers: consumer warpgroups, 2 (128-row tiles, ``KernelConfig`` BLOCK_M 128
+            with 8 warps) or 3 (FA3's 192-row tile for D = 64, 160 registers per consumer:
+            BLOCK_M 192 with 12 warps, config ``fa3-ws3``).
 
     Raises:
         ValueError: num_consumers not 2 or 3, or 3 with D other than 64 (its registers).
