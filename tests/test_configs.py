@@ -88,6 +88,26 @@ def test_tune_refuses_configs_that_fit_no_problem(capsys: pytest.CaptureFixture[
     assert "none of --configs fits D=256" in capsys.readouterr().err
 
 
+def test_tune_challenge_skips_head_dims_no_challenger_fits(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--against-table` with fa3-ws3 (D = 64 only) over D 64 and 128: D = 128's entries stay
+    as they are instead of the run being refused; D = 64 is timed. Timing is stubbed out."""
+    import torch
+
+    timed = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(tune, "launch_arch", lambda: 90)
+    monkeypatch.setattr(tune, "best_config", lambda problem, rounds, calls, pool, incumbent,
+                        min_gain: (timed.append(problem.head_dim) or pool[0], []))
+    args = build_parser().parse_args(["tune", "--head-dims", "64", "128", "--lengths", "1024",
+                                      "--masks", "full", "--configs", "fa3-ws3",
+                                      "--against-table"])
+    assert tune.run(args) == 0
+    assert timed == [64]
+    assert "no challenger in --configs fits D=128; the table's entry stays" in (
+        capsys.readouterr().out)
+
+
 def test_tune_rejects_a_bad_config(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         build_parser().parse_args(["tune", "--configs", "64x64 w4"])

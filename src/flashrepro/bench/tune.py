@@ -174,7 +174,8 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     for d in args.head_dims:  # before any timing: a later problem would fail after minutes
-        if not candidates(d, args.configs):
+        # (a challenger run keeps the table's entry where no challenger fits)
+        if not candidates(d, args.configs) and not args.against_table:
             print(f"tune: none of --configs fits D={d} (above D = 128 only BLOCK_N <= 64 with "
                   f"<= 2 stages; 192-row tiles at D = 64 only): "
                   f"{[c.label() for c in args.configs]}", file=sys.stderr)
@@ -187,6 +188,10 @@ def run(args: argparse.Namespace) -> int:
     masks = tuple(mask == "causal" for mask in args.masks)
     for problem in problems(args.lengths, args.head_dims, args.tokens, masks=masks):
         key = table_key(arch, problem.head_dim, problem.causal, length_bucket(problem.seqlen_q))
+        if not candidates(problem.head_dim, args.configs):  # with --against-table only
+            print(f"\n{problem.key()}: no challenger in --configs fits D={problem.head_dim}; "
+                  "the table's entry stays")
+            continue
         incumbent = KernelConfig(**table[key]) if args.against_table and key in table else None
         pool = list(dict.fromkeys([*args.configs, incumbent] if incumbent else args.configs))
         cfg, rows = best_config(problem, args.rounds, args.calls, pool, incumbent,
