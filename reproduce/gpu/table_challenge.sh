@@ -10,7 +10,9 @@
 # Run as session7/final-a (with timeouts of 200 s for tune and 150 s for bench then),
 # session8/final and session9/final under reproduce/results/nvidia-h200/.
 #
-#   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=$(git rev-parse HEAD) bash reproduce/gpu/table_challenge.sh
+#   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=<sha> bash reproduce/gpu/table_challenge.sh
+# with <sha> from the checkout the code came from (`git rev-parse HEAD` there): a copy of the
+# tree on a lent GPU machine may report a stale HEAD (session 10 recorded one).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
