@@ -224,7 +224,8 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             n_own = 1
         if NUM_CONSUMERS == 2:
             # Two consumers walk the whole range: skipping measured 2 % slower at the article
-            # problem (tile-boundary code), and their 128-row tiles rarely leave blocks to skip
+            # problem (tile-boundary code), and at BLOCK_N 128 a 128-row tile leaves a block to
+            # skip only in a ragged last tile or at a causal offset that is no multiple of 128
             # (reproduce/NOTES.md, experiment 18).
             n_own = n_blocks
         # The program's last turn (its last consumer's last block) passes to nobody, so no
