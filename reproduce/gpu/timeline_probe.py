@@ -14,13 +14,15 @@ The instrumented kernel is generated from :mod:`flashrepro.kernels.fwd_gluon_ws`
 K_0, block 0, the loop, the last P·V, the epilogue), so the production kernel carries no
 profiling code. Run from the repository root on an H200:
 
-    PYTHONPATH=src:. python reproduce/gpu/timeline_probe.py OUT_DIR
+    PYTHONPATH=src:. python reproduce/gpu/timeline_probe.py OUT_DIR [PROBLEM ...]
 
 and, first, on any machine (no GPU): ``timeline_probe.py --offline`` compiles the instrumented
 kernel for sm_90 with the same Proton settings (tests/test_timeline_probe.py runs it).
 
-For the article problem non-causal and causal, and B=16 L=1024 non-causal: three back-to-back
-launches inside one Proton session (the first compiles), the Chrome trace saved as
+For each PROBLEM (by default the article problem non-causal and causal, and B=16 L=1024 D=128
+non-causal; also B=16 L=1024 at D=128 causal and D=64 either way), with the kernel's 128x128
+two-consumer launch: three launches inside one Proton session (the first compiles; Proton's
+host work separates them), the Chrome trace saved as
 ``OUT_DIR/<problem>.chrome_trace.json.gz``, and a table per phase and tile (median and
 max over the consumer warps of all programs) of the second and third launch printed.
 
@@ -207,13 +209,19 @@ def main() -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     article, _ = load_article()
     problems = {"article-noncausal": Problem(**{**article.as_dict(), "causal": False}),
-                "article-causal": article,
-                "b16-l1024-noncausal": Problem(batch=16, heads=16, seqlen_q=1024,
-                                               seqlen_k=1024, head_dim=128, dtype="float16",
-                                               causal=False)}
+                "article-causal": article}
+    for d in (128, 64):  # B=16 L=1024: 16 tiles per program; D=64 causal trails cuDNN most
+        for causal in (False, True):
+            problems[f"b16-l1024-d{d}-{'causal' if causal else 'noncausal'}"] = Problem(
+                batch=16, heads=16, seqlen_q=1024, seqlen_k=1024, head_dim=d,
+                dtype="float16", causal=causal)
+    chosen = sys.argv[2:] or ["article-noncausal", "article-causal", "b16-l1024-d128-noncausal"]
+    if unknown := [name for name in chosen if name not in problems]:
+        sys.exit(f"unknown problems {unknown}; choose from {sorted(problems)}")
     with tempfile.TemporaryDirectory() as tmp:
         module = load_variant(Path(tmp))
-        for name, problem in problems.items():
+        for name in chosen:
+            problem = problems[name]
             q, k, v = problem.inputs()
             sms = torch.cuda.get_device_properties(q.device).multi_processor_count
             run = ws_call(q, k, v, problem.causal, (128, 2), sms, module=module)
