@@ -23,7 +23,6 @@ from flashrepro.configs import (
     ARTICLE,
     NAMED,
     TRITON_FALLBACK,
-    WS_THREE_CONSUMERS,
     KernelConfig,
     default_config,
     launch_arch,
@@ -459,10 +458,9 @@ def attention(
         o_kernel = torch.empty(o.shape, dtype=o.dtype, device=o.device)
     use_tma = cfg.tma and _tma_ok(q, k, v, o_kernel, lk)
     use_gluon = use_tma and cfg.overlap and _overlap_ok(q, d, causal, causal_offset)
-    three_consumers = (cfg.block_m, cfg.num_warps) == WS_THREE_CONSUMERS
-    if use_gluon and three_consumers and d != 64:  # its registers hold D = 64 only
+    if use_gluon and cfg.three_consumers and d != 64:  # its registers hold D = 64 only
         use_gluon = False
-    if cfg.overlap and not use_gluon and (config is None or three_consumers):
+    if cfg.overlap and not use_gluon and (config is None or cfg.three_consumers):
         # The table's tiles are the Gluon kernel's, and a 192-row tile only the ws kernel's
         # (see TRITON_FALLBACK).
         cfg = TRITON_FALLBACK

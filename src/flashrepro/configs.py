@@ -84,7 +84,7 @@ class KernelConfig:
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
-        three_consumers = (self.block_m, self.num_warps) == WS_THREE_CONSUMERS
+        three_consumers = self.three_consumers
         for name in ("block_m", "block_n"):
             value = getattr(self, name)
             if value not in _VALID_BLOCKS and not (name == "block_m" and three_consumers):
@@ -136,6 +136,12 @@ class KernelConfig:
         return cls(block_m, block_n, warps, stages, tma=match.group(5) is not None,
                    overlap=match.group(6) is not None, warp_specialize=match.group(7) is not None,
                    tile_grid=match.group(8) is not None)
+
+    @property
+    def three_consumers(self) -> bool:
+        """Whether this is the ws kernel's 192-row tile (:data:`WS_THREE_CONSUMERS`), which
+        only the ws kernel runs, at D = 64 only."""
+        return (self.block_m, self.num_warps) == WS_THREE_CONSUMERS
 
     def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)

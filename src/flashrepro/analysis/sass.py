@@ -40,7 +40,6 @@ from flashrepro.configs import (
     FA3_WS,
     P_IN_REGISTERS,
     TRITON_FALLBACK,
-    WS_THREE_CONSUMERS,
     KernelConfig,
     default_config,
 )
@@ -64,7 +63,7 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90
         default = dataclasses.replace(default, tma=False)
     gluon = default  # where it is a Gluon kernel, also count the Triton kernel at its tiles
-    default = (TRITON_FALLBACK if (default.block_m, default.num_warps) == WS_THREE_CONSUMERS
+    default = (TRITON_FALLBACK if default.three_consumers
                else dataclasses.replace(default, overlap=False, warp_specialize=False,
                                         tile_grid=False))
     rows = [("article", ARTICLE, "article config")]

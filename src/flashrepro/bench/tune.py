@@ -24,14 +24,7 @@ from flashrepro.api import MAX_HEAD_DIM
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, add_grid_arguments
 from flashrepro.bench.timing import interleaved_rounds
-from flashrepro.configs import (
-    TUNED_TABLE,
-    WS_THREE_CONSUMERS,
-    KernelConfig,
-    launch_arch,
-    length_bucket,
-    table_key,
-)
+from flashrepro.configs import TUNED_TABLE, KernelConfig, launch_arch, length_bucket, table_key
 
 # The configs that won at least one point of the full grids on the H200 (reproduce/NOTES.md,
 # experiments 1-4; 30 configs were timed there) and the article's 64x64 pointer build. Two-stage
@@ -52,7 +45,7 @@ def candidates(head_dim: int, pool: list[KernelConfig] = CANDIDATES) -> list[Ker
     """Launch configs of ``pool`` worth timing for ``head_dim``: those that fit, and 192-row
     tiles (the ws kernel's three consumers) at D = 64 only, the one D they run at (elsewhere
     the launch runs another config, which would be timed under their label)."""
-    pool = [c for c in pool if (c.block_m, c.num_warps) != WS_THREE_CONSUMERS or head_dim == 64]
+    pool = [c for c in pool if not c.three_consumers or head_dim == 64]
     if head_dim > 128:  # K/V stages of 256-wide rows do not fit 228 KB of shared memory
         return [c for c in pool if c.block_n <= 64 and c.num_stages <= 2]
     return pool
