@@ -21,7 +21,6 @@ at B=16 (once per program of 16 tiles). Run from the repository root on an H200:
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 import tempfile
 from pathlib import Path
@@ -30,10 +29,9 @@ import torch
 from tabulate import tabulate
 
 from flashrepro.bench.timing import interleaved_rounds
-from flashrepro.kernels import fwd_gluon_ws
 from reproduce.gpu import ws_probe
 from reproduce.gpu.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
-from reproduce.gpu.variant_probe import problems
+from reproduce.gpu.variant_probe import load_edited, problems
 from reproduce.gpu.ws_probe import ws_call
 
 Q_LOAD = """            tma.async_copy_global_to_shared(
@@ -67,24 +65,9 @@ VARIANTS = {
 }
 
 
-def variant_source(edits: list[tuple[str, str]]) -> str:
-    src = Path(fwd_gluon_ws.__file__).read_text()
-    for old, new in edits:
-        if src.count(old) != 1:
-            raise SystemExit(f"edit does not match the kernel exactly once: {old!r}")
-        src = src.replace(old, new)
-    return src
-
-
 def load_variants(tmp: Path) -> dict:
-    modules = {}
-    for label, edits in VARIANTS.items():
-        path = tmp / f"ws_{label}.py"
-        path.write_text(variant_source(edits))
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        modules[label] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(modules[label])
-    return modules
+    return {label: load_edited(edits, tmp / f"ws_{label}.py")
+            for label, edits in VARIANTS.items()}
 
 
 def main() -> None:

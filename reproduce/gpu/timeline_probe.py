@@ -35,7 +35,6 @@ other, not with the timed kernel. Session 10's run: reproduce/NOTES.md, experime
 from __future__ import annotations
 
 import gzip
-import importlib.util
 import json
 import shutil
 import statistics
@@ -49,7 +48,7 @@ import triton.profiler as proton
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem, load_article
-from flashrepro.kernels import fwd_gluon_ws
+from reproduce.gpu.variant_probe import edited_source, load_edited
 from reproduce.gpu.ws_probe import ws_call
 
 EDITS = [  # (text in the kernel, replacement): each must occur exactly once
@@ -84,21 +83,11 @@ SM90_MAX_SHARED = 232448  # bytes per block on sm_90 (227 KiB), what Proton's ho
 
 
 def variant_source() -> str:
-    src = Path(fwd_gluon_ws.__file__).read_text()
-    for old, new in EDITS:
-        if src.count(old) != 1:
-            raise SystemExit(f"edit does not match the kernel exactly once: {old!r}")
-        src = src.replace(old, new)
-    return src
+    return edited_source(EDITS)
 
 
 def load_variant(tmp: Path):
-    path = tmp / "fwd_gluon_ws_timeline.py"
-    path.write_text(variant_source())
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_edited(EDITS, tmp / "fwd_gluon_ws_timeline.py")
 
 
 def trace_events(path: Path) -> list[dict]:

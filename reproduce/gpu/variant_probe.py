@@ -32,16 +32,35 @@ from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds
+from flashrepro.kernels import fwd_gluon_ws
 from reproduce.gpu.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
 from reproduce.gpu.ws_probe import ws_call
 
 
-def load_module(path: str):
+def load_module(path: str | Path):
     """Import the kernel module saved at ``path``."""
     spec = importlib.util.spec_from_file_location(Path(path).stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def edited_source(edits: list[tuple[str, str]]) -> str:
+    """:mod:`flashrepro.kernels.fwd_gluon_ws`'s source with each (old, new) of ``edits``
+    applied; exits naming an ``old`` that does not occur exactly once."""
+    src = Path(fwd_gluon_ws.__file__).read_text()
+    for old, new in edits:
+        if src.count(old) != 1:
+            raise SystemExit(f"edit does not match the kernel exactly once: {old!r}")
+        src = src.replace(old, new)
+    return src
+
+
+def load_edited(edits: list[tuple[str, str]], path: Path):
+    """:func:`edited_source` written to ``path`` and imported from there (Triton's JIT needs
+    the source file)."""
+    path.write_text(edited_source(edits))
+    return load_module(path)
 
 
 def problems() -> list[Problem]:
