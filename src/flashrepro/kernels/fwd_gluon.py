@@ -31,60 +31,11 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from flashrepro.kernels.fwd import program_tile
 
-# 2^f for f in [0, 1) as 1 + f·(C1 + f·(C2 + f·C3)): the cubic with the least maximal relative
-# error, 8.6e-5 (fitted by iteratively reweighted least squares, reproduce/NOTES.md experiment
-# 19), below fp16's half ulp (4.9e-4) that P is rounded to anyway. fp32 bit patterns for PTX.
-EXP2_POLY_C1, EXP2_POLY_C2, EXP2_POLY_C3 = 0x3F31F32D, 0x3E691BBB, 0x3D9DD566
-EXP2_PACK = gl.constexpr(8)  # exponentials per inline-asm call (elements of one thread)
-
-
-@gluon.constexpr_function
-def _exp2_ptx(poly_of_8):
-    """PTX for EXP2_PACK exponentials (outputs $0-$7, inputs $8-$15): the first
-    8 - ``poly_of_8`` on the SFU (``ex2.approx.ftz``, MUFU.EX2, 16 a clock per SM), the rest
-    by a polynomial on the FMA units (128 a clock), as FlashAttention-4 does (T. Dao et al.,
-    2025). Cody-Waite: x clamped to >= -127 (2^-127 is 0 after P's rounding; the SFU's result
-    for -inf is 0), n = floor(x) by an add that rounds down against 1.5·2^23 (whose ulp is 1,
-    so n lands in the low mantissa bits), 2^(x - n) by the cubic, then n added to its
-    exponent field."""
-    lines = []
-    pack = EXP2_PACK.value
-    for i in range(pack):
-        x, out = f"${i + pack}", f"${i}"
-        if i < pack - poly_of_8:
-            lines.append(f"ex2.approx.ftz.f32 {out}, {x};")
-        else:
-            lines.append(
-                "{ .reg .b32 c, j, f, p, e;"
-                f" max.ftz.f32 c, {x}, 0fC2FE0000;"
-                " add.rm.ftz.f32 j, c, 0f4B400000;"
-                " sub.ftz.f32 f, j, 0f4B400000;"
-                " sub.ftz.f32 f, c, f;"
-                f" fma.rn.ftz.f32 p, f, 0f{EXP2_POLY_C3:08X}, 0f{EXP2_POLY_C2:08X};"
-                f" fma.rn.ftz.f32 p, p, f, 0f{EXP2_POLY_C1:08X};"
-                " fma.rn.ftz.f32 p, p, f, 0f3F800000;"
-                " shl.b32 e, j, 23;"
-                f" add.s32 {out}, p, e; }}")
-    return "\n".join(lines)
-
-
-@gluon.jit
-def _exp2(x, POLY_OF_8: gl.constexpr):
-    """2^x of fp32 ``x`` (<= 0 here), POLY_OF_8 of every 8 by polynomial (:func:`_exp2_ptx`);
-    0: all on the SFU."""
-    if POLY_OF_8 == 0:
-        return gl.exp2(x)
-    else:
-        return gl.inline_asm_elementwise(
-            _exp2_ptx(POLY_OF_8), "=r,=r,=r,=r,=r,=r,=r,=r,r,r,r,r,r,r,r,r", [x],
-            dtype=gl.float32, is_pure=True, pack=EXP2_PACK)
-
 
 @gluon.jit
 def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
-                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, EXP2_POLY: gl.constexpr):
-    """One block's online-softmax update: returns (p, alpha, m_new, l_new), p unnormalised,
-    EXP2_POLY of every 8 exponentials by polynomial (:func:`_exp2`).
+                  MASKED: gl.constexpr, CAUSAL: gl.constexpr):
+    """One block's online-softmax update: returns (p, alpha, m_new, l_new), p unnormalised.
     ``m_i`` is finite from block 0 on: every row sees key 0 in this kernel's scope."""
     if MASKED:  # key tail past Lk and, for causal, keys right of each row's diagonal
         keep = gl.expand_dims(cols < seqlen_k, 0)
@@ -93,28 +44,26 @@ def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
         # Scale before masking: -inf * qk_scale would be NaN for qk_scale == 0.
         s = gl.where(keep, s * qk_scale, float("-inf"))
         m_new = gl.maximum(m_i, gl.max(s, 1))
-        p = _exp2(s - gl.expand_dims(m_new, 1), EXP2_POLY)
+        p = gl.exp2(s - gl.expand_dims(m_new, 1))
     else:
         m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
         # One FMA per score: scale and subtract the row max together.
-        p = _exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
     return p, alpha, m_new, l_i * alpha + gl.sum(p, 1)
 
 
 @gluon.jit
 def _softmax_block(s, m_i, l_i, cols, rows, full, seqlen_k, causal_offset, qk_scale,
-                   CAUSAL: gl.constexpr, EXP2_POLY: gl.constexpr = 0):
+                   CAUSAL: gl.constexpr):
     """:func:`_softmax_step` of one block, with the masks only where ``full`` (a runtime
     flag: every query row sees the whole block) is false."""
     if full:
         p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                               causal_offset, qk_scale, False, CAUSAL,
-                                               EXP2_POLY)
+                                               causal_offset, qk_scale, False, CAUSAL)
     else:
         p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                               causal_offset, qk_scale, True, CAUSAL,
-                                               EXP2_POLY)
+                                               causal_offset, qk_scale, True, CAUSAL)
     return p, alpha, m_new, l_new
 
 

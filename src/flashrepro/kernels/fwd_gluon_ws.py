@@ -181,7 +181,7 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
 def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
               num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
               causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
-              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, EXP2_POLY: gl.constexpr):
+              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
     """One warpgroup: for each of this program's tiles, its 64 query rows against the tile's
     key blocks, then their output (stored while the next tile runs)."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
@@ -252,7 +252,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         s = warpgroup_mma_wait(0, deps=(s,))
         mbarrier.arrive(k_empty.index(slot), count=1)
         p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
-                                            causal_offset, qk_scale, CAUSAL, EXP2_POLY)
+                                            causal_offset, qk_scale, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
 
         # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V;
@@ -272,7 +272,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             mbarrier.arrive(k_empty.index(slot), count=1)
             p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
                                                     j < n_full, seqlen_k, causal_offset,
-                                                    qk_scale, CAUSAL, EXP2_POLY)
+                                                    qk_scale, CAUSAL)
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(v_empty.index(prev), count=1)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)),
@@ -321,7 +321,7 @@ def attn_fwd_gluon_ws_kernel(
     qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, EXP2_POLY: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr,
 ):
     """Persistent: G programs (at most one per tile) take the tiles of 64·NUM_CONSUMERS query
     rows in :func:`flashrepro.kernels.fwd.tile_coords`' order, round by round, in
@@ -377,11 +377,11 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, EXP2_POLY)),
+                         STORE_LSE)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, EXP2_POLY)),
+                         STORE_LSE)),
             (_producer, producer_args),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
@@ -389,15 +389,15 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, EXP2_POLY)),
+                         STORE_LSE)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, EXP2_POLY)),
+                         STORE_LSE)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(2), CAUSAL,
-                         STORE_LSE, EXP2_POLY)),
+                         STORE_LSE)),
             (_producer, producer_args),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
@@ -405,7 +405,7 @@ def attn_fwd_gluon_ws_kernel(
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
            lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
            heads_per_group: int, store_lse: bool, block_n: int, num_stages: int,
-           num_programs: int | None, num_consumers: int = 2, exp2_poly: int = 0) -> None:
+           num_programs: int | None, num_consumers: int = 2) -> None:
     """Launch :func:`attn_fwd_gluon_ws_kernel` (tiles of 64·num_consumers rows, 4 warps per
     consumer and one producer warp).
 
@@ -418,8 +418,6 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         num_consumers: consumer warpgroups, 2 (128-row tiles, ``KernelConfig`` BLOCK_M 128
             with 8 warps) or 3 (FA3's 192-row tile for D = 64, 160 registers per consumer:
             BLOCK_M 192 with 12 warps, config ``fa3-ws3``).
-        exp2_poly: of every 8 softmax exponentials, how many a polynomial computes on the
-            FMA units instead of the SFU (0-8; ``fwd_gluon._exp2``).
 
     Raises:
         ValueError: num_consumers not 2 or 3, or 3 with D other than 64 (its registers).
@@ -439,5 +437,5 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
         HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
         STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
-        EXP2_POLY=exp2_poly, num_warps=4, maxnreg=maxnreg,
+        num_warps=4, maxnreg=maxnreg,
     )
