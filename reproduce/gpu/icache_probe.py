@@ -1,0 +1,86 @@
+"""Does a timed call pay for fetching the kernel's code? (session 11, experiment 20, diagnostic)
+
+With every cache cold (Nsight Compute ``--cache-control all``) the ws kernel's warps stall on
+instruction fetch 4-7x as often as warm and the kernel takes 36.3 µs against cuDNN's 32.6
+(session11_f/g.sh). The project's timer flushes L2 before each call, which evicts the code from
+L2 too. Here each kernel is timed as the timer does (L2 flushed, busy-wait, CUDA events around
+one call) and, alternately, with the same compiled kernel launched once on a tiny problem
+between the flush and the busy-wait, outside the timed events: its code (and little data) is
+then in L2 and in one SM's caches. The difference bounds what the timed call pays for code
+fetches from HBM; it is a diagnostic, not a way of timing (the reported numbers never
+pre-warm). On an H200, from the repository root:
+
+    PYTHONPATH=src:. python reproduce/gpu/icache_probe.py
+"""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+from tabulate import tabulate
+
+from flashrepro.bench.problem import Problem, load_article
+from flashrepro.bench.timing import FLUSH_BYTES, SLEEP_CYCLES
+from flashrepro.kernels import fwd_gluon_ws
+from reproduce.gpu.gluon_probe import peer_calls
+
+ROUNDS, CALLS = 20, 10
+
+
+def timed(fn, warm, flush: torch.Tensor) -> list[float]:
+    """``CALLS`` timed calls of ``fn`` as the project's timer makes them, with ``warm()``
+    (or nothing) between the flush and the busy-wait."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(CALLS)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(CALLS)]
+    for start, end in zip(starts, ends, strict=True):
+        flush.zero_()
+        if warm is not None:
+            warm()
+        torch.cuda._sleep(SLEEP_CYCLES)
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [1e3 * s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+
+def _compiled() -> int:
+    """Binaries of the ws kernel compiled so far in this process (Triton's per-device cache)."""
+    return sum(len(c[0]) for c in fwd_gluon_ws.attn_fwd_gluon_ws_kernel.device_caches.values())
+
+
+def main() -> None:
+    article, _ = load_article()
+    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+    for causal in (False, True):
+        problem = Problem(**{**article.as_dict(), "causal": causal})
+        # Same B, H (so the same heads_per_group, 32) and the same integer specializations as
+        # the article problem: the tiny call runs the very binary the timed call runs (the
+        # compiled-kernel count below must not grow).
+        tiny = Problem(**{**problem.as_dict(), "seqlen_q": 128, "seqlen_k": 128})
+        fns = peer_calls(*problem.inputs(), causal)
+        warms = peer_calls(*tiny.inputs(), causal)
+        fns["flashrepro"]()
+        torch.cuda.synchronize()
+        before = _compiled()
+        for fn in (*fns.values(), *warms.values()):
+            fn()
+        torch.cuda.synchronize()
+        print(f"ws kernel binaries: {before} after the timed problem, {_compiled()} after the "
+              "tiny one too (equal: the same binary)", flush=True)
+        medians: dict[str, list[float]] = {}
+        for _ in range(ROUNDS):
+            for name, fn in fns.items():
+                for label, warm in (("", None), (" + tiny call before", warms[name])):
+                    medians.setdefault(name + label, []).append(
+                        statistics.median(timed(fn, warm, flush)))
+        rows = [[problem.key(), name, f"{statistics.median(m):.2f}",
+                 f"{statistics.quantiles(m, n=4)[0]:.2f}-{statistics.quantiles(m, n=4)[2]:.2f}"]
+                for name, m in medians.items()]
+        print(tabulate(rows, ["problem", "kernel", "µs (median of round medians)",
+                              "IQR of rounds"], tablefmt="github"), flush=True)
+
+
+if __name__ == "__main__":
+    main()
