@@ -58,8 +58,8 @@ class KernelConfig:
             hands the next tile to whichever SM frees first, a dynamic schedule, at the cost
             of the persistent kernel's overlap between a program's tiles (the next tile's
             loads, the output store). Long causal problems, whose tile costs vary, are where it
-            can win (one program per tile was 11 % faster at L = 16384 causal in
-            reproduce/NOTES.md, experiment 16).
+            wins: in the tuned table for causal L >= 8192 (10 % faster than the persistent
+            grid at D = 128, L = 16384; reproduce/NOTES.md, session 11's table).
 
     Raises:
         TypeError: a size that is not an int, or a flag that is not a bool.
@@ -199,8 +199,9 @@ order (experiment 16): 36.7 µs non-causal (1.02x cuDNN, 0.618x torch flash) and
 (0.78x cuDNN, 0.449x torch flash) in the gated run. With the turn on named barriers and a
 cheaper epilogue (experiment 17): 36.0 µs non-causal (1.00x cuDNN, 0.609x torch flash) and
 26.3 µs causal (0.75x cuDNN, 0.434x torch flash) in the gated run; in session 10's (experiment
-18) 35.7 µs (0.99x cuDNN, 0.605x) and 26.2 µs (0.74x cuDNN, 0.431x). The tuned default for 15
-of the 24 sm_90 table entries, :data:`FA3_WS3` for 6 more."""
+18) 35.7 µs (0.99x cuDNN, 0.605x) and 26.2 µs (0.74x cuDNN, 0.431x), in session 11's 35.8 µs
+(0.99x cuDNN, 0.606x) and 26.3 µs (0.75x cuDNN, 0.431x). In the tuned table for 13 of the 24
+sm_90 entries (11 as it is, 2 with ``tile_grid``), :data:`FA3_WS3` for 10 more."""
 
 FA3_WS3 = KernelConfig(block_m=192, block_n=128, num_warps=12, num_stages=3, tma=True,
                        overlap=True, warp_specialize=True)
@@ -217,7 +218,8 @@ slower at L <= 1024 (111 against 89 µs at B=32, L=512; 159 against 126 at B=16,
 that are masked for all their rows) and equal at L = 4096 and 16384. Since then each consumer
 computes only the blocks its own rows see (1.6-1.7 % faster non-causal at L <= 1024, 9-12 %
 causal, still behind :data:`FA3_WS` there). The tuned table's choice at D = 64 non-causal, every
-length (``tune --against-table``, session 10)."""
+length (``tune --against-table``, session 10), and causal from L = 2048 (session 11; with
+``tile_grid`` at L >= 8192)."""
 
 TRITON_FALLBACK = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True)
 """The Triton kernel's launch where the tuned table picked a Gluon kernel that cannot run the
