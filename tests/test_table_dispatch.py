@@ -1,0 +1,151 @@
+"""What the default launch does with every entry of the tuned table (reproduce/tuned.json):
+which kernel it runs for inputs in the entry's bucket, and that the table's fields (tile_grid
+included) survive ``tune --against-table --write``."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from flashrepro import api, configs
+from flashrepro.bench import tune
+from flashrepro.cli import build_parser
+from flashrepro.configs import FA3_WS, TRITON_FALLBACK, KernelConfig, _tuned_table
+from tests.reference import check_parity, random_qkv
+
+ALIGNMENTS = [("top_left", 1, 1), ("bottom_right", 1, 1), ("bottom_right", 2, 1),
+              ("bottom_right", 1, 2), ("top_left", 1, 2)]  # (alignment, Lq/Lk as num/den)
+LAYOUTS = ["contiguous", "bhld-transposed", "misaligned", "head-dim-stride-2"]
+
+
+def _tensor(b: int, h: int, length: int, d: int, layout: str) -> torch.Tensor:
+    """An fp16 (B, H, L, D) CPU tensor in one of :data:`LAYOUTS` (uninitialised: nothing runs)."""
+    if layout == "contiguous":
+        return torch.empty(b, h, length, d, dtype=torch.float16)
+    if layout == "bhld-transposed":  # (B, L, H, D) storage: TMA can address it
+        return torch.empty(b, length, h, d, dtype=torch.float16).transpose(1, 2)
+    if layout == "misaligned":  # base 2 bytes past a 16-byte boundary: TMA cannot
+        flat = torch.empty(b * h * length * d + 1, dtype=torch.float16)
+        return flat[1:].view(b, h, length, d)
+    return torch.empty(b, h, length, 2 * d, dtype=torch.float16)[..., ::2]  # last stride 2
+
+
+def _tma_addressable(t: torch.Tensor) -> bool:
+    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+            and all(s and s * t.element_size() % 16 == 0 for s in t.stride()[:-1]))
+
+
+@pytest.mark.parametrize("key", sorted(_tuned_table()))
+def test_default_launch_on_sm90_runs_a_kernel_that_can(monkeypatch: pytest.MonkeyPatch,
+                                                       key: str) -> None:
+    """For each sm_90 entry and inputs in its bucket: D padded to the entry's (and below it),
+    top-left and bottom-right masks with Lq = Lk, Lq > Lk and Lq < Lk, GQA, TMA-addressable or
+    not, the default launch as on an H200 (dispatch forced to sm_90's, launches recorded):
+    the ws kernel gets exactly the calls it can run (D 64/128, three consumers at D = 64 only,
+    every query row sees a key, TMA-addressable tensors) with the entry's grid rule (one
+    program per tile with tile_grid, else one per SM), and everything else runs the Triton
+    kernel at TRITON_FALLBACK's tiles (a Gluon entry) or the entry's own (a Triton entry)."""
+    cfg = _tuned_table()[key]
+    arch, dk, mask, bucket = key.split("-")
+    if arch != "sm90":
+        pytest.skip("the Gluon kernels run on sm_90 only")
+    padded, causal, length = int(dk[1:]), mask == "causal", int(bucket[1:])
+    check = api._overlap_ok
+    monkeypatch.setattr(api, "launch_arch", lambda device=None: 90)
+    monkeypatch.setattr(api, "_overlap_ok", lambda q, d, c, off: check(
+        SimpleNamespace(device=torch.device("cuda"), dtype=q.dtype), d, c, off))
+    launches: list[tuple[str, dict]] = []
+    monkeypatch.setattr(api.fwd_gluon_ws, "launch",
+                        lambda *args, **kw: launches.append(("ws", {"args": args, **kw})))
+    monkeypatch.setattr(api.fwd_gluon, "launch",
+                        lambda *args, **kw: launches.append(("gluon", kw)))
+
+    class Spy:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launches.append(("triton", kw))
+
+    monkeypatch.setattr(api, "attn_fwd_kernel", Spy())
+    head_dims = sorted({padded, padded - 8, padded // 2 + 1})  # all pad to `padded`
+    for d, (alignment, num, den), (h, h_kv), layout in itertools.product(
+            head_dims, ALIGNMENTS, [(2, 2), (4, 1)], LAYOUTS):
+        lq = length + 37
+        lk = lq * den // num
+        q = _tensor(1, h, lq, d, layout)
+        k, v = (_tensor(1, h_kv, lk, d, layout) for _ in range(2))
+        launches.clear()
+        api.attention(q, k, v, causal=causal, causal_alignment=alignment,
+                      enable_gqa=h != h_kv)
+        case = (d, alignment, lq, lk, h, h_kv, layout)
+        assert len(launches) == 1, case
+        kernel, kw = launches[0]
+        assert kernel != "gluon", case  # no table entry picks fa3-overlap
+        offset = lk - lq if alignment == "bottom_right" else 0
+        runnable = (cfg.warp_specialize and d in (64, 128) and (not causal or offset >= 0)
+                    and (d == 64 or not cfg.three_consumers)
+                    and all(_tma_addressable(t) for t in (q, k, v)))
+        assert (kernel == "ws") == runnable, case
+        if kernel == "ws":
+            assert all(_tma_addressable(t) for t in kw["args"][:4]), case
+            assert kw["num_programs"] == (None if cfg.tile_grid else 132), case
+            assert (kw["num_consumers"], kw["block_n"], kw["num_stages"]) == (
+                cfg.num_warps // 4, cfg.block_n, cfg.num_stages), case
+        else:
+            want = TRITON_FALLBACK if cfg.overlap else cfg
+            assert (kw["BLOCK_M"], kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]) == (
+                want.block_m, want.block_n, want.num_warps, want.num_stages), case
+
+
+def test_tune_against_table_round_trips_tile_grid(monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path) -> None:
+    """A table written before tile_grid existed (entries without the field) loads, a
+    challenger run that moves one entry to a tilegrid config writes the field, the entry it
+    keeps stays as it was, and the default launch reads both back."""
+    table = tmp_path / "tuned.json"
+    old = {k: {f: v for f, v in FA3_WS.as_dict().items() if f != "tile_grid"}
+           for k in ("sm90-d128-causal-l16384", "sm90-d128-full-l16384")}
+    table.write_text(json.dumps(old))
+    monkeypatch.setattr(configs, "TUNED_TABLE", table)
+    monkeypatch.setattr(tune, "TUNED_TABLE", table)
+    configs._tuned_table.cache_clear()
+    try:
+        assert configs.default_config(128, True, 16384, 90) == FA3_WS  # the old table loads
+        moved = KernelConfig.parse("128x128 w8 s2 tma overlap ws tilegrid")
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(tune, "launch_arch", lambda: 90)
+        monkeypatch.setattr(tune, "best_config", lambda problem, rounds, calls, pool,
+                            incumbent, min_gain: ((moved if problem.causal else incumbent), []))
+        args = build_parser().parse_args(["tune", "--head-dims", "128", "--lengths", "16384",
+                                          "--configs", moved.label(), "--against-table",
+                                          "--write"])
+        assert tune.run(args) == 0
+        written = json.loads(table.read_text())
+        assert written["sm90-d128-causal-l16384"] == moved.as_dict()
+        assert written["sm90-d128-causal-l16384"]["tile_grid"] is True
+        assert written["sm90-d128-full-l16384"] == FA3_WS.as_dict()
+        configs._tuned_table.cache_clear()
+        assert configs.default_config(128, True, 16384, 90) == moved
+        assert configs.default_config(128, False, 16384, 90) == FA3_WS
+    finally:
+        configs._tuned_table.cache_clear()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mask", ["top-left", "bottom-right"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_default_launch_at_the_tile_grid_entries(d: int, mask: str, dtype: torch.dtype,
+                                                     device: torch.device) -> None:
+    """The default launch (config None) where the table picks one program per tile (causal,
+    Lq in the 8192 bucket, D 64 and 128): GQA, (B, L, H, D)-strided inputs, a ragged last
+    tile and, bottom-right, Lk > Lq (a causal offset that is no multiple of 64), so the ws
+    kernel runs (three consumers at D = 64, each skipping the blocks its rows do not see)."""
+    assert _tuned_table()[f"sm90-d{d}-causal-l8192"].tile_grid
+    lq, lk = 8192 + 37, 8192 + 37 + (101 if mask == "bottom-right" else 0)
+    q, k, v = random_qkv(1, 4, lq, lk, d, dtype, device, h_kv=2)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)
+    check_parity(q, k, v, causal=True, bottom_right=mask == "bottom-right", enable_gqa=True)
+
