@@ -219,7 +219,8 @@ that are masked for all their rows) and equal at L = 4096 and 16384. Since then 
 computes only the blocks its own rows see (1.6-1.7 % faster non-causal at L <= 1024, 9-12 %
 causal, still behind :data:`FA3_WS` there). The tuned table's choice at D = 64 non-causal, every
 length (``tune --against-table``, session 10), and causal from L = 2048 (session 11; with
-``tile_grid`` at L >= 8192)."""
+``tile_grid`` at L >= 8192). Causal, its consumers spill 68 bytes per thread (ptxas) outside
+the loop over key blocks; the timings that chose it include that."""
 
 TRITON_FALLBACK = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True)
 """The Triton kernel's launch where the tuned table picked a Gluon kernel that cannot run the
