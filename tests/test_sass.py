@@ -346,3 +346,15 @@ def test_torch_flash_kernel_gives_the_articles_counts() -> None:
     assert result.counts.opcodes["HMMA.16816.F32"] == 256
     assert result.counts.opcodes["LDSM.16.M88.4"] == 80
     assert result.counts.opcodes["LDSM.16.MT88.4"] == 64
+
+
+@pytest.mark.parametrize("workers", ["0", "-2", "x"])
+def test_cli_rejects_bad_workers(workers: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``sass --workers`` below 1 (or no int) is an argparse error naming the option, before
+    any compile."""
+    from flashrepro.cli import main as cli_main
+
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["sass", "--workers", workers])
+    assert exc.value.code == 2
+    assert "argument --workers" in capsys.readouterr().err

@@ -113,7 +113,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=env.positive_int, default=100,
                         help="interleaved rounds (default 100, as the gate experiment)")
     parser.add_argument("--calls", type=env.positive_int, default=10,
-                        help="timed calls per kernel per round")
+                        help="timed calls per kernel per round (default 10)")
     parser.add_argument("--out", type=Path, default=None,
                         help="results folder (default $FLASHREPRO_RESULTS_DIR or "
                              "reproduce/results/<gpu-key>)")
@@ -125,7 +125,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "1 regression, 2 no baseline, 3 environment mismatch)")
     parser.add_argument("--update-baseline", action="store_true",
                         help="make this run the baseline of its GPU (appends to its history)")
-    parser.add_argument("--baseline-dir", type=Path, default=BASELINE_DIR)
+    parser.add_argument("--baseline-dir", type=Path, default=BASELINE_DIR,
+                        help="folder of per-GPU baselines for --gate and --update-baseline "
+                             "(default reproduce/baselines)")
     parser.add_argument("--child-json", type=Path, default=None, help=argparse.SUPPRESS)
 
 
