@@ -33,20 +33,34 @@ from flashrepro.kernels.fwd import program_tile
 
 
 @gluon.jit
+def _running_max(m_i, m_block, MAX_LAG: gl.constexpr):
+    """The rows' new reference max: the running max (MAX_LAG 0), or, with MAX_LAG > 0, the old
+    one unless the block's exceeds it by more than MAX_LAG (log2 units), so that alpha is
+    exactly 1 for most rows of most blocks and P stays <= 2^MAX_LAG (FlashAttention-4's
+    conditional rescaling, T. Dao et al., 2025; reproduce/NOTES.md, experiment 21)."""
+    if MAX_LAG == 0.0:
+        m_new = gl.maximum(m_i, m_block)
+    else:
+        m_new = gl.where(m_block > m_i + MAX_LAG, m_block, m_i)
+    return m_new
+
+
+@gluon.jit
 def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
-                  MASKED: gl.constexpr, CAUSAL: gl.constexpr):
-    """One block's online-softmax update: returns (p, alpha, m_new, l_new), p unnormalised.
-    ``m_i`` is finite from block 0 on: every row sees key 0 in this kernel's scope."""
+                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr):
+    """One block's online-softmax update: returns (p, alpha, m_new, l_new), p unnormalised,
+    m_new as :func:`_running_max`. ``m_i`` is finite from block 0 on: every row sees key 0 in
+    this kernel's scope."""
     if MASKED:  # key tail past Lk and, for causal, keys right of each row's diagonal
         keep = gl.expand_dims(cols < seqlen_k, 0)
         if CAUSAL:
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + causal_offset)
         # Scale before masking: -inf * qk_scale would be NaN for qk_scale == 0.
         s = gl.where(keep, s * qk_scale, float("-inf"))
-        m_new = gl.maximum(m_i, gl.max(s, 1))
+        m_new = _running_max(m_i, gl.max(s, 1), MAX_LAG)
         p = gl.exp2(s - gl.expand_dims(m_new, 1))
     else:
-        m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
+        m_new = _running_max(m_i, gl.max(s, 1) * qk_scale, MAX_LAG)
         # One FMA per score: scale and subtract the row max together.
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
@@ -55,15 +69,15 @@ def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
 
 @gluon.jit
 def _softmax_block(s, m_i, l_i, cols, rows, full, seqlen_k, causal_offset, qk_scale,
-                   CAUSAL: gl.constexpr):
+                   CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr = 0.0):
     """:func:`_softmax_step` of one block, with the masks only where ``full`` (a runtime
     flag: every query row sees the whole block) is false."""
     if full:
         p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                               causal_offset, qk_scale, False, CAUSAL)
+                                               causal_offset, qk_scale, False, CAUSAL, MAX_LAG)
     else:
         p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                               causal_offset, qk_scale, True, CAUSAL)
+                                               causal_offset, qk_scale, True, CAUSAL, MAX_LAG)
     return p, alpha, m_new, l_new
 
 

@@ -18,6 +18,9 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   ``bar.sync`` before each arrival, which Gluon inserts so that one thread can arrive for all
   128: up to 2 % slower, equal at the article causal problem; reproduce/NOTES.md experiment
   17.)
+- Conditional rescaling (FlashAttention-4's, T. Dao et al., 2025): in the loop a row's
+  reference max lags its running max by up to MAX_LAG (2^8 in P), so after most blocks no row
+  of a warp has moved and the warp skips multiplying O by alpha (a vote and one branch).
 - Persistent grid: a program loops over tiles; slot and phase counters run on across tiles,
   and each consumer has two Q buffers, so the producer loads the next tile's Q, K and V while
   the consumers finish this one, and a tile's output leaves through its own shared-memory
@@ -35,7 +38,7 @@ overlap of :mod:`flashrepro.kernels.fwd_gluon`: the softmax of S_j runs while
 P_{j-1}·V_{j-1} is on the tensor cores.
 
 Scope as :mod:`flashrepro.kernels.fwd_gluon` (the launcher checks it). Measured on the H200:
-reproduce/NOTES.md, experiments 15-18. The synchronization is checked on the CPU by running
+reproduce/NOTES.md, experiments 15-18 and 21. The synchronization is checked on the CPU by running
 this file's producer and consumer against a model of warps and barriers
 (tests/test_ws_protocol.py).
 """
@@ -71,6 +74,9 @@ REGISTERS = {2: (240, 168), 3: (160, 128)}
 # Named barriers TURN_BARRIER + c: consumer c may issue its GEMMs. Gluon's partitions use
 # ids 0-2 (warp_specialize's setup, each partition's warpgroup barrier).
 TURN_BARRIER = gl.constexpr(8)
+# In the loop a row's reference max lags its running max by up to this (log2 units): P <= 2^8,
+# and O is rescaled only in warps where a row's max moved (fwd_gluon._running_max).
+MAX_LAG = gl.constexpr(8.0)
 
 
 @gluon.jit
@@ -97,6 +103,41 @@ def _pass_turn(CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr):
     gl.inline_asm_elementwise("bar.arrive $1, 256; mov.b32 $0, $1;", "=r,r",
                               [_per_thread_ids(TURN_BARRIER + (CONSUMER + 1) % NUM_CONSUMERS)],
                               dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _rescale_moved_rows(acc, alpha, m_old, m_new):
+    """``acc`` (64 x HEAD_DIM, a warpgroup's wgmma accumulator) times each row's alpha, in the
+    warps where some row's reference max moved (``m_new != m_old``); elsewhere alpha is exactly
+    1 and the warp skips the multiplies. Each thread holds two rows: it ORs their flags, the
+    warp votes (``vote.sync.any``), and one warp-uniform branch (``bra.uni``) jumps over the
+    thread's HEAD_DIM / 2 products (reproduce/NOTES.md, experiment 21)."""
+    o_rows: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    warp_moved = gl.inline_asm_elementwise(
+        "{ .reg .pred p, q; .reg .b32 f; or.b32 f, $2, $3; setp.ne.u32 p, f, 0; "
+        "vote.sync.any.pred q, p, 0xffffffff; selp.u32 $0, 1, 0, q; mov.b32 $1, $0; }",
+        "=r,=r,r,r", [(m_new != m_old).to(gl.int32)], dtype=gl.int32, is_pure=True, pack=2)
+    alpha_2d = gl.expand_dims(gl.convert_layout(alpha, o_rows), 1)
+    moved_2d = gl.expand_dims(gl.convert_layout(warp_moved, o_rows), 1)
+    PER_THREAD: gl.constexpr = acc.type.shape[1] // 2  # 64·HEAD_DIM elements over 128 threads
+    return gl.inline_asm_elementwise(
+        _rescale_ptx(PER_THREAD), _rescale_constraints(PER_THREAD), [acc, alpha_2d, moved_2d],
+        dtype=gl.float32, is_pure=True, pack=PER_THREAD)
+
+
+@gluon.constexpr_function
+def _rescale_ptx(n):
+    """PTX for :func:`_rescale_moved_rows`: outputs $0..$(n-1), then n accumulator elements,
+    their n alphas and n (warp-uniform) flags as inputs."""
+    muls = " ".join(f"mul.f32 ${i}, ${n + i}, ${2 * n + i};" for i in range(n))
+    moves = " ".join(f"mov.b32 ${i}, ${n + i};" for i in range(n))
+    return ("{ .reg .pred p; setp.ne.u32 p, $" + str(3 * n) + ", 0; @!p bra.uni SKIP; " + muls
+            + " bra.uni DONE; SKIP: " + moves + " DONE: }")
+
+
+@gluon.constexpr_function
+def _rescale_constraints(n):
+    return ",".join(["=r"] * n + ["r"] * (3 * n))
 
 
 @gluon.jit
@@ -270,13 +311,13 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             _pass_turn(CONSUMER, NUM_CONSUMERS)
             s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
             mbarrier.arrive(k_empty.index(slot), count=1)
+            m_old = m_i
             p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
                                                     j < n_full, seqlen_k, causal_offset,
-                                                    qk_scale, CAUSAL)
+                                                    qk_scale, CAUSAL, MAX_LAG)
             acc = warpgroup_mma_wait(0, deps=(acc,))
             mbarrier.arrive(v_empty.index(prev), count=1)
-            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)),
-                                       1)
+            acc = _rescale_moved_rows(acc, alpha, m_old, m_i)
             p = gl.convert_layout(p_new.to(dtype), p_layout)
         # Every Q·Kᵀ of this tile has finished: Q buffer qb is free for the tile after next.
         mbarrier.arrive(q_empty.index(qb), count=1)
