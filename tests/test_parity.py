@@ -153,6 +153,17 @@ def _gluon_ptx(jit_function, config: str, device: torch.device) -> list[str] | N
     return [" ".join(kernel.asm["ptx"].split()) for kernel in kernels]
 
 
+def _ws_launch_ptx(shape: tuple[int, ...], causal: bool, config: str,
+                   device: torch.device) -> list[str] | None:
+    """Parity of ``config`` on fresh fp16 inputs of ``shape`` (B, H, Lq, Lk, D), then
+    :func:`_gluon_ptx` of the warp-specialized kernel."""
+    from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
+    b, h, lq, lk, d = shape
+    q, k, v = random_qkv(b, h, lq, lk, d, torch.float16, device)
+    check_parity(q, k, v, causal=causal, config=config)
+    return _gluon_ptx(attn_fwd_gluon_ws_kernel, config, device)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_overlap_runs_the_gluon_kernel(causal: bool, device: torch.device) -> None:
@@ -179,11 +190,7 @@ def test_gpu_warp_specialize_runs_the_persistent_kernel(shape: tuple[int, ...], 
     (and only there): its JIT cache gains a kernel whose PTX reallocates registers
     (setmaxnreg) and keeps a wgmma group in flight. The second shape has 3·64·8 = 1536 tiles,
     so each of the H200's 132 programs runs 11 or 12 of them (ragged, causal or not)."""
-    from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
-    b, h, lq, lk, d = shape
-    q, k, v = random_qkv(b, h, lq, lk, d, torch.float16, device)
-    check_parity(q, k, v, causal=causal, config="fa3-ws")
-    ptx = _gluon_ptx(attn_fwd_gluon_ws_kernel, "fa3-ws", device)
+    ptx = _ws_launch_ptx(shape, causal, "fa3-ws", device)
     if ptx is None:
         return
     assert any("setmaxnreg.dec.sync.aligned.u32 24;" in p
@@ -202,10 +209,7 @@ def test_gpu_three_consumers_run_at_d64(shape: tuple[int, ...], causal: bool,
     per program on the H200. At D = 128 the same config runs the Triton kernel at
     TRITON_FALLBACK's tiles, and no ws kernel of 160 registers is compiled for it."""
     from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
-    b, h, lq, lk, d = shape
-    q, k, v = random_qkv(b, h, lq, lk, d, torch.float16, device)
-    check_parity(q, k, v, causal=causal, config="fa3-ws3")
-    ptx = _gluon_ptx(attn_fwd_gluon_ws_kernel, "fa3-ws3", device)
+    ptx = _ws_launch_ptx(shape, causal, "fa3-ws3", device)
     if ptx is None:
         return
     assert any("setmaxnreg.inc.sync.aligned.u32 160;" in p

@@ -21,12 +21,12 @@ from __future__ import annotations
 
 import sys
 
-import torch
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem
 from flashrepro.bench.timing import interleaved_rounds
 from reproduce.gpu.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
+from reproduce.gpu.kernel_durations import back_to_back
 from reproduce.gpu.ws_probe import ws_call
 
 SHAPES = [(1, 1, 128), (1, 132, 128), (1, 66, 256), (1, 33, 512), (2, 16, 1024)]  # B, H, L
@@ -48,11 +48,7 @@ def timing() -> None:
 
 def calls() -> None:
     for problem in problems()[:4]:
-        q, k, v = problem.inputs()
-        for fn in peer_calls(q, k, v, False).values():
-            for _ in range(5):
-                fn()
-        torch.cuda.synchronize()
+        back_to_back(problem, 5)
 
 
 if __name__ == "__main__":

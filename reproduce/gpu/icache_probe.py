@@ -3,14 +3,18 @@
 With every cache cold (Nsight Compute ``--cache-control all``) the ws kernel's warps stall on
 instruction fetch 4-7x as often as warm and the kernel takes 36.3 µs against cuDNN's 32.6
 (session11_f/g.sh). The project's timer flushes L2 before each call, which evicts the code from
-L2 too. Here each kernel is timed as the timer does (L2 flushed, busy-wait, CUDA events around
-one call) and, alternately, with the same compiled kernel launched once on a tiny problem
-between the flush and the busy-wait, outside the timed events: its code (and little data) is
+L2 too. Here each kernel is timed by the project's timer (``time_calls_and_host``: L2
+flushed, busy-wait, CUDA events around one call) and, alternately, with the same compiled
+kernel launched once on a tiny problem between the flush and the busy-wait (its
+``before_wait``), outside the timed events: its code (and little data) is
 then in L2 and in one SM's caches. The difference bounds what the timed call pays for code
 fetches from HBM; it is a diagnostic, not a way of timing (the reported numbers never
 pre-warm). On an H200, from the repository root:
 
     PYTHONPATH=src:. python reproduce/gpu/icache_probe.py
+
+Session 11's run (5c484e2, ``reproduce/results/nvidia-h200/session11/g-stalls/icache.txt``)
+wrote the timer's steps out in the probe, with Python's garbage collector left on.
 """
 
 from __future__ import annotations
@@ -21,28 +25,11 @@ import torch
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem, load_article
-from flashrepro.bench.timing import FLUSH_BYTES, SLEEP_CYCLES
+from flashrepro.bench.timing import time_calls_and_host
 from flashrepro.kernels import fwd_gluon_ws
 from reproduce.gpu.gluon_probe import peer_calls
 
 ROUNDS, CALLS = 20, 10
-
-
-def timed(fn, warm, flush: torch.Tensor) -> list[float]:
-    """``CALLS`` timed calls of ``fn`` as the project's timer makes them, with ``warm()``
-    (or nothing) between the flush and the busy-wait."""
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(CALLS)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(CALLS)]
-    for start, end in zip(starts, ends, strict=True):
-        flush.zero_()
-        if warm is not None:
-            warm()
-        torch.cuda._sleep(SLEEP_CYCLES)
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return [1e3 * s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
 
 
 def _compiled() -> int:
@@ -52,7 +39,6 @@ def _compiled() -> int:
 
 def main() -> None:
     article, _ = load_article()
-    flush = torch.empty(FLUSH_BYTES, dtype=torch.uint8, device="cuda")
     for causal in (False, True):
         problem = Problem(**{**article.as_dict(), "causal": causal})
         # Same B, H (so the same heads_per_group, 32) and the same integer specializations as
@@ -73,8 +59,8 @@ def main() -> None:
         for _ in range(ROUNDS):
             for name, fn in fns.items():
                 for label, warm in (("", None), (" + tiny call before", warms[name])):
-                    medians.setdefault(name + label, []).append(
-                        statistics.median(timed(fn, warm, flush)))
+                    gpu_us, _ = time_calls_and_host(fn, CALLS, warmup=0, before_wait=warm)
+                    medians.setdefault(name + label, []).append(statistics.median(gpu_us))
         rows = [[problem.key(), name, f"{statistics.median(m):.2f}",
                  f"{statistics.quantiles(m, n=4)[0]:.2f}-{statistics.quantiles(m, n=4)[2]:.2f}"]
                 for name, m in medians.items()]

@@ -12,11 +12,18 @@ import torch
 from flashrepro.bench.problem import Problem, load_article
 from reproduce.gpu.gluon_probe import peer_calls
 
-article, _ = load_article()
-problem = Problem(**{**article.as_dict(), "causal": sys.argv[1] == "causal"})
-q, k, v = problem.inputs()
-calls = int(sys.argv[2]) if len(sys.argv) > 2 else 5
-for fn in peer_calls(q, k, v, problem.causal).values():
-    for _ in range(calls):
-        fn()
-torch.cuda.synchronize()
+
+def back_to_back(problem: Problem, calls: int = 5) -> None:
+    """``calls`` calls of each peer (``gluon_probe.peer_calls``) on ``problem``, one kernel
+    after another, then a synchronize."""
+    q, k, v = problem.inputs()
+    for fn in peer_calls(q, k, v, problem.causal).values():
+        for _ in range(calls):
+            fn()
+    torch.cuda.synchronize()
+
+
+if __name__ == "__main__":
+    article, _ = load_article()
+    back_to_back(Problem(**{**article.as_dict(), "causal": sys.argv[1] == "causal"}),
+                 int(sys.argv[2]) if len(sys.argv) > 2 else 5)

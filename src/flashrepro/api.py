@@ -481,7 +481,7 @@ def attention(
                     causal_offset=causal_offset, heads_per_group=heads_per_group,
                     store_lse=return_lse, block_n=cfg.block_n, num_stages=cfg.num_stages,
                     num_programs=None if cfg.tile_grid else _num_sms(q),
-                    num_consumers=cfg.num_warps // 4)
+                    num_consumers=cfg.consumers)
             elif use_gluon:
                 fwd_gluon.launch(q, k, v, o_kernel, lse, causal=causal,
                                  qk_scale=sm_scale * LOG2_E, causal_offset=causal_offset,

@@ -143,6 +143,12 @@ class KernelConfig:
         only the ws kernel runs, at D = 64 only."""
         return (self.block_m, self.num_warps) == WS_THREE_CONSUMERS
 
+    @property
+    def consumers(self) -> int:
+        """Consumer warpgroups of the ws kernel at this config (``warp_specialize``): one per
+        64 query rows and per 4 warps, 2 or 3."""
+        return self.num_warps // 4
+
     def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
 

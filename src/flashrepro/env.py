@@ -23,6 +23,16 @@ from flashrepro.configs import TUNED_TABLE
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def shown_path(path: Path) -> str:
+    """``path`` as results and reports show it: relative to the repository root when inside
+    it (so committed results do not carry the path of the checkout that made them), else as
+    given."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
 def _git_commit() -> str | None:
     """The commit the results come from: ``FLASHREPRO_GIT_COMMIT`` when set (the image's build
     argument; a copied tree whose ``.git`` may be stale), else ``git rev-parse HEAD``, else CI's

@@ -80,9 +80,8 @@ def _triton_prediction(result: KernelSass,
     layouts = result.mma_layouts
     try:
         if result.spec.variant == "fwd_gluon_ws":
-            consumers = cfg.block_m // 64
-            return (model.gluon_ws_model(cfg.block_n, d, consumers),
-                    [f"{consumers} consumer warpgroups, each its own code: wgmma m64nNk16 S_0, "
+            return (model.gluon_ws_model(cfg.block_n, d, cfg.consumers),
+                    [f"{cfg.consumers} consumer warpgroups, each its own code: wgmma m64nNk16 S_0, "
                      "then S_j and P_{j-1}·V_{j-1} per loop body, then the last P·V, all in the "
                      "loop over tiles; P from registers"])
         if result.spec.variant == "fwd_gluon":

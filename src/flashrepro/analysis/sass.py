@@ -43,7 +43,7 @@ from flashrepro.configs import (
     KernelConfig,
     default_config,
 )
-from flashrepro.env import REPO_ROOT, positive_int
+from flashrepro.env import positive_int, shown_path
 
 SCHEMA = "flashrepro.sass/1"
 
@@ -111,15 +111,6 @@ def _check_targets(archs: Sequence[str] | None) -> list[str]:
     return targets
 
 
-def _shown(path: Path) -> str:
-    """``path`` relative to the checkout when it lies inside it: reports name no machine's
-    absolute paths."""
-    try:
-        return str(path.resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        return str(path)
-
-
 def sass_report(archs: Sequence[str] | None = None, torch_lib: Path | None = None,
                 golden_path: Path | None = None, workers: int | None = None,
                 update: bool = False) -> dict[str, Any]:
@@ -170,7 +161,7 @@ def sass_report(archs: Sequence[str] | None = None, torch_lib: Path | None = Non
         "schema": SCHEMA, "triton": triton.__version__, "torch": torch.__version__,
         "torch_lib": None if library is None else str(library),
         "tools": tool_versions(), "problem": problem.as_dict(),
-        "golden": {"path": _shown(path), "ok": not diffs,
+        "golden": {"path": shown_path(path), "ok": not diffs,
                    "diff": [{"target": t, "kernel": k, "lines": lines}
                             for (t, k), lines in sorted(diffs.items())]},
         "targets": {name: {"wgmma": TARGETS[name].wgmma,

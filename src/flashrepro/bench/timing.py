@@ -124,12 +124,15 @@ def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[fl
 
 
 def time_calls_and_host(fn: Callable[[], object], calls: int, warmup: int = 3,
-                        gc_off: bool = True) -> tuple[list[float], list[float]]:
+                        gc_off: bool = True, before_wait: Callable[[], object] | None = None
+                        ) -> tuple[list[float], list[float]]:
     """:func:`time_calls`' measurement, without its warning: per-call GPU times (µs, CUDA
     events) and host times (µs, ``start.record()`` to after ``end.record()``), in call order.
 
     ``gc_off``: Python's garbage collector is off during the timed calls (a collection inside
     a call can outlast the busy-wait; reproduce/NOTES.md, experiment 13, which times it on).
+    ``before_wait``: GPU work enqueued after each flush and before the busy-wait, outside the
+    timed events (diagnostics: reproduce/gpu/icache_probe.py; the reported timings pass none).
 
     Raises:
         RuntimeError: when no CUDA device is available.
@@ -149,6 +152,8 @@ def time_calls_and_host(fn: Callable[[], object], calls: int, warmup: int = 3,
     try:
         for start, end in zip(starts, ends, strict=True):
             flush.zero_()
+            if before_wait is not None:
+                before_wait()
             torch.cuda._sleep(SLEEP_CYCLES)
             t0 = time.perf_counter_ns()
             start.record()

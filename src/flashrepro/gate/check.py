@@ -118,14 +118,10 @@ class Verdict:
 
     @property
     def shown_baseline(self) -> str:
-        """The baseline's path as results and summaries show it: relative to the repository
-        root when inside it (so committed results do not carry the path of the checkout
-        that made them), else absolute."""
-        from flashrepro.env import REPO_ROOT
-        try:
-            return str(self.baseline_path.resolve().relative_to(REPO_ROOT))
-        except ValueError:
-            return str(self.baseline_path)
+        """The baseline's path as results and summaries show it (:func:`flashrepro.env.
+        shown_path`)."""
+        from flashrepro.env import shown_path
+        return shown_path(self.baseline_path)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, stored under ``"gate"`` in the results JSON."""
