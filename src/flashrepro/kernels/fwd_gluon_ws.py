@@ -274,7 +274,6 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         final = (CONSUMER == NUM_CONSUMERS - 1) & (local + 1 >= num_local)
         rows = row0 + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
         m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
-        l_i = gl.zeros([CONSUMER_ROWS], gl.float32, layout=row_layout)
         acc = gl.zeros([CONSUMER_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
 
         # -- block 0: S_0 and its softmax, nothing to overlap with yet --
@@ -292,7 +291,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         _pass_turn(CONSUMER, NUM_CONSUMERS)
         s = warpgroup_mma_wait(0, deps=(s,))
         mbarrier.arrive(k_empty.index(slot), count=1)
-        p, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, cols0, rows, n_full > 0, seqlen_k,
+        p, alpha, m_i, l_i = _softmax_block(s, m_i, 0.0, cols0, rows, n_full > 0, seqlen_k,
                                             causal_offset, qk_scale, CAUSAL)
         p = gl.convert_layout(p.to(dtype), p_layout)
 
