@@ -206,8 +206,9 @@ order (experiment 16): 36.7 µs non-causal (1.02x cuDNN, 0.618x torch flash) and
 cheaper epilogue (experiment 17): 36.0 µs non-causal (1.00x cuDNN, 0.609x torch flash) and
 26.3 µs causal (0.75x cuDNN, 0.434x torch flash) in the gated run; in session 10's (experiment
 18) 35.7 µs (0.99x cuDNN, 0.605x) and 26.2 µs (0.74x cuDNN, 0.431x), in session 11's 35.8 µs
-(0.99x cuDNN, 0.606x) and 26.3 µs (0.75x cuDNN, 0.431x). In the tuned table for 13 of the 24
-sm_90 entries (11 as it is, 2 with ``tile_grid``), :data:`FA3_WS3` for 10 more."""
+(0.99x cuDNN, 0.606x) and 26.3 µs (0.75x cuDNN, 0.431x). With FA4's conditional rescaling
+and the row sums kept per thread (experiments 21-22), session 12's: 34.7 µs (0.97x cuDNN,
+0.585x) and 25.7 µs (0.73x cuDNN, 0.422x). In the tuned table for 13 of the 24 sm_90 entries (11 as it is, 2 with ``tile_grid``), :data:`FA3_WS3` for 10 more."""
 
 FA3_WS3 = KernelConfig(block_m=192, block_n=128, num_warps=12, num_stages=3, tma=True,
                        overlap=True, warp_specialize=True)
