@@ -37,11 +37,18 @@ def _running_max(m_i, m_block, MAX_LAG: gl.constexpr):
     """The rows' new reference max: the running max (MAX_LAG 0), or, with MAX_LAG > 0, the old
     one unless the block's exceeds it by more than MAX_LAG (log2 units), so that alpha is
     exactly 1 for most rows of most blocks and P stays <= 2^MAX_LAG (FlashAttention-4's
-    conditional rescaling, T. Dao et al., 2025; reproduce/NOTES.md, experiment 21)."""
+    conditional rescaling, T. Dao et al., 2025; reproduce/NOTES.md, experiment 21).
+
+    The test is on the difference, the exponent of the block's largest P (in unmasked blocks
+    ptxas fuses it with the scaling into one FFMA, as it does P's own), so rounding moves the
+    bound by at most half a unit in MAX_LAG's last place. ``m_block > m_i + MAX_LAG`` rounded
+    the sum instead: from |m_i| >= 2^27, where float32's spacing is 16, a tie rounds it up to
+    m_i + 16, and P reached 2^16, past float16's largest value
+    (tests/test_softmax_numerics.py)."""
     if MAX_LAG == 0.0:
         m_new = gl.maximum(m_i, m_block)
     else:
-        m_new = gl.where(m_block > m_i + MAX_LAG, m_block, m_i)
+        m_new = gl.where(m_block - m_i > MAX_LAG, m_block, m_i)
     return m_new
 
 
