@@ -208,7 +208,8 @@ cheaper epilogue (experiment 17): 36.0 µs non-causal (1.00x cuDNN, 0.609x torch
 18) 35.7 µs (0.99x cuDNN, 0.605x) and 26.2 µs (0.74x cuDNN, 0.431x), in session 11's 35.8 µs
 (0.99x cuDNN, 0.606x) and 26.3 µs (0.75x cuDNN, 0.431x). With FA4's conditional rescaling
 and the row sums kept per thread (experiments 21-22), session 12's: 34.7 µs (0.97x cuDNN,
-0.585x) and 25.7 µs (0.73x cuDNN, 0.422x). In the tuned table for 13 of the 24 sm_90 entries (11 as it is, 2 with ``tile_grid``), :data:`FA3_WS3` for 10 more."""
+0.585x) and 25.7 µs (0.73x cuDNN, 0.422x). In the tuned table for 13 of the 24 sm_90 entries
+(11 as it is, 2 with ``tile_grid``), :data:`FA3_WS3` for 10 more."""
 
 FA3_WS3 = KernelConfig(block_m=192, block_n=128, num_warps=12, num_stages=3, tma=True,
                        overlap=True, warp_specialize=True)
@@ -226,8 +227,9 @@ that are masked for all their rows) and equal at L = 4096 and 16384. Since then 
 computes only the blocks its own rows see (1.6-1.7 % faster non-causal at L <= 1024, 9-12 %
 causal, still behind :data:`FA3_WS` there). The tuned table's choice at D = 64 non-causal, every
 length (``tune --against-table``, session 10), and causal from L = 2048 (session 11; with
-``tile_grid`` at L >= 8192). Causal, its consumers spill 68 bytes per thread (ptxas) outside
-the loop over key blocks; the timings that chose it include that."""
+``tile_grid`` at L >= 8192). Causal, its consumers spill 80 bytes per thread (ptxas; 68
+before experiment 21's conditional rescaling) outside the loop over key blocks; the timings that
+chose it include that."""
 
 TRITON_FALLBACK = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True)
 """The Triton kernel's launch where the tuned table picked a Gluon kernel that cannot run the
