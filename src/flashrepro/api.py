@@ -416,7 +416,10 @@ def attention(
           BLOCK_N keys all score -inf (BLOCK_N infinite key rows) is NaN even if later keys
           are finite. The lse of a row with a NaN or +inf score is NaN.
         * Large magnitudes: scores are accumulated and scaled in float32, so scores beyond the
-          float16 range (e.g. q, k ~ 100 at D = 64) stay finite.
+          float16 range (e.g. q, k ~ 100 at D = 64) stay finite. Not without bound in the
+          Gluon kernels (sm_90): from scaled scores of about 2^28 (|q·k| ~ 10^8 at
+          D = 128) float32's spacing there lets an unmasked block's P exceed 1 by its
+          rounding, and float16 P can overflow (reproduce/NOTES.md, experiment 22's review).
         * Strides: k and v of different strides are read through contiguous copies (the
           kernel shares one set of tile offsets). Tensors of more than 2^31 elements are
           addressed with int64 offsets; an input whose head-dim stride (or key/value row
