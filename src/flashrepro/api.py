@@ -417,7 +417,7 @@ def attention(
           are finite. The lse of a row with a NaN or +inf score is NaN.
         * Large magnitudes: scores are accumulated and scaled in float32, so scores beyond the
           float16 range (e.g. q, k ~ 100 at D = 64) stay finite. Not without bound in the
-          Gluon kernels (sm_90): from scaled scores of about 2^28 (|q·k| ~ 10^8 at
+          Gluon kernels (sm_90): from scaled scores of about 2^28 (|q·k| ~ 2·10^9 at
           D = 128) float32's spacing there lets an unmasked block's P exceed 1 by its
           rounding, and float16 P can overflow (reproduce/NOTES.md, experiment 22's review).
         * Strides: k and v of different strides are read through contiguous copies (the
