@@ -16,9 +16,10 @@ import types
 import numpy as np
 import pytest
 
+from flashrepro.kernels.fwd_gluon_ws import MAX_LAG as WS_MAX_LAG
 from tests.ws_protocol import KERNELS, _source_namespace
 
-MAX_LAG = 8.0  # fwd_gluon_ws.MAX_LAG
+MAX_LAG = WS_MAX_LAG.value  # the ws kernel's
 
 
 def _gluon_helpers() -> dict:

@@ -429,7 +429,7 @@ class Sim:
                  "warpgroup_mma": self._mma, "warpgroup_mma_wait": self._mma_wait,
                  "_softmax_block": self._softmax, "store_output": self._store,
                  "_rescale_moved_rows": lambda acc, _alpha, _m_old, _m_new: acc,
-                 "MAX_LAG": 8.0,
+                 "MAX_LAG": ws["MAX_LAG"].value,
                  "CONSUMER_ROWS": ROWS, "Q_BUFFERS": 2, "TURN_BARRIER": int(ws["TURN_BARRIER"])}
         scope["tl"] = types.SimpleNamespace(cdiv=scope["gl"].cdiv, minimum=scope["gl"].minimum)
         sources = [(_source_namespace(KERNELS / "fwd.py"), "tile_coords"),
