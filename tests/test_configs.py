@@ -142,7 +142,7 @@ def test_default_off_the_table_elsewhere(arch: int | None, head_dims: tuple[int,
 
 def test_default_on_sm90_is_the_tuned_table() -> None:
     table = _tuned_table()
-    assert table, "reproduce/tuned.json is missing or empty"
+    assert table, "flashrepro/tuned.json is missing or empty"
     for key, cfg in table.items():
         arch, d, mask, bucket = key.split("-")
         length = int(bucket.removeprefix("l"))

@@ -132,7 +132,7 @@ def _tuned_entries() -> list[tuple[str, KernelConfig]]:
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_gpu_tuned_table_parity(key: str, cfg: KernelConfig, dtype: torch.dtype,
                                 device: torch.device) -> None:
-    """Every config the default launch can pick (reproduce/tuned.json) passes parity, on its
+    """Every config the default launch can pick (flashrepro/tuned.json) passes parity, on its
     bucket's length plus a ragged tail."""
     _, d, mask, bucket = key.split("-")
     length = int(bucket.removeprefix("l")) + 37

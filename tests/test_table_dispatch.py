@@ -1,4 +1,4 @@
-"""What the default launch does with every entry of the tuned table (reproduce/tuned.json):
+"""What the default launch does with every entry of the tuned table (flashrepro/tuned.json):
 which kernel it runs for inputs in the entry's bucket, and that the table's fields (tile_grid
 included) survive ``tune --against-table --write``."""
 

@@ -14,7 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("flashrepro.env", "report the GPU, driver, CUDA, torch and triton seen here"),
     "reproduce": ("flashrepro.bench.reproduce", "the article run: timings vs torch, SASS table"),
     "bench": ("flashrepro.bench.sweep", "L x D x causal x dtype sweep vs torch; table + plot"),
-    "tune": ("flashrepro.bench.tune", "time launch configs, write reproduce/tuned.json"),
+    "tune": ("flashrepro.bench.tune", "time launch configs, write flashrepro/tuned.json"),
     "profile": ("flashrepro.bench.profile",
                 "Nsight Compute: memory ladder (seed 004), executed counts (seed 000)"),
     "sass": ("flashrepro.analysis.sass", "SASS counts per arch vs model, article, golden"),

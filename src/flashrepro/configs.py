@@ -20,7 +20,8 @@ _VALID_BLOCKS = (16, 32, 64, 128, 256)
 WS_THREE_CONSUMERS = (192, 12)
 """(BLOCK_M, num_warps) of the warp-specialized kernel's three-consumer tile (FA3's for
 D = 64): three consumer warpgroups of 64 rows."""
-TUNED_TABLE = Path(__file__).resolve().parents[2] / "reproduce" / "tuned.json"
+TUNED_TABLE = Path(__file__).resolve().parent / "tuned.json"
+"""The tuned table, package data beside this module (installed with the wheel)."""
 
 
 @dataclass(frozen=True)
@@ -296,7 +297,7 @@ def _tuned_table() -> dict[str, KernelConfig]:
 def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None) -> KernelConfig:
     """The configuration the default launch uses (no tuning at call time).
 
-    Looks up the committed table ``reproduce/tuned.json`` (written by ``python -m flashrepro
+    Looks up the committed table ``flashrepro/tuned.json`` (package data) (written by ``python -m flashrepro
     tune`` on the GPU it describes) by arch, head dim (padded to a power of two), causal and
     :func:`length_bucket`; off the table, a rule that fits every arch's shared memory:
     64x64, 4 warps, 3 stages up to D = 64; for 64 < D <= 128 the same on wgmma and tcgen05 archs

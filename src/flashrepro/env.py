@@ -160,8 +160,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"{key:>14}: {value}")
     print(f"{'tuned table':>14}: " + (
         str(TUNED_TABLE) if TUNED_TABLE.exists() else
-        f"none at {TUNED_TABLE}: the default launch uses the per-arch rules (a non-editable "
-        "install leaves the checkout's reproduce/tuned.json behind; install with -e)"))
+        f"none at {TUNED_TABLE}: the default launch uses the per-arch rules (the package "
+        "data flashrepro/tuned.json is missing from this install)"))
     if env["gpu"] is None:
         print(f"{'gpu':>14}: none visible to torch (CUDA_VISIBLE_DEVICES="
               f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}; with Docker, run with "

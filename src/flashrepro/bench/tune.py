@@ -1,7 +1,7 @@
 """``python -m flashrepro tune``: time candidate launch configs and commit the winners.
 
 The default launch never tunes at call time: it looks its config up in the committed table
-``reproduce/tuned.json`` (:func:`flashrepro.configs.default_config`), keyed by arch, head dim,
+``flashrepro/tuned.json`` (:func:`flashrepro.configs.default_config`), keyed by arch, head dim,
 causal and a power-of-two bucket of Lq. This command rebuilds that table on the GPU it runs on.
 Each candidate is checked against torch SDPA before it may win; the correct candidates of a
 problem are timed together in interleaved rounds
