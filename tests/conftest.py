@@ -54,3 +54,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def device() -> torch.device:
     """The device kernels run on: the GPU, or the CPU under the interpreter."""
     return torch.device("cuda" if HAS_GPU else "cpu")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_launch_plans() -> None:
+    """Each test starts with no cached launch plan: tests that monkeypatch the kernel choice
+    must see it consulted (a plan from an earlier test would bypass it)."""
+    from flashrepro import launch
+
+    launch.clear_plans()

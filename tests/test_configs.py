@@ -188,12 +188,12 @@ def test_overlap_applies_only_where_the_gluon_kernel_does(
 
     import torch
 
-    from flashrepro import api
-    monkeypatch.setattr(api, "launch_arch", lambda device: arch)
+    from flashrepro import launch
+    monkeypatch.setattr(launch, "launch_arch", lambda device: arch)
     q = SimpleNamespace(device=torch.device("cuda"), dtype=getattr(torch, dtype))
-    assert api._overlap_ok(q, d, causal, offset) is expected
+    assert launch._overlap_ok(q, d, causal, offset) is expected
     q_cpu = SimpleNamespace(device=torch.device("cpu"), dtype=getattr(torch, dtype))
-    assert api._overlap_ok(q_cpu, d, causal, offset) is False  # the interpreter: Triton kernel
+    assert launch._overlap_ok(q_cpu, d, causal, offset) is False  # the interpreter: Triton kernel
 
 
 @pytest.mark.parametrize("head_dim", ["96", "8", "512"])
@@ -221,7 +221,7 @@ def test_doctor_reports_the_tuned_table(present: bool, tmp_path, monkeypatch, ca
     if present:
         assert line.endswith(str(table))
     else:
-        assert f"none at {table}" in line and "install with -e" in line
+        assert f"none at {table}" in line and "package data" in line
 
 
 @pytest.mark.parametrize(("config", "block_m"), [(None, 64), ("fa3-ws", 128), ("fa3-ws3", 64)])
@@ -233,10 +233,10 @@ def test_a_table_gluon_entry_that_cannot_run_falls_back(
     192-row one (fa3-ws3), which only the ws kernel runs: TRITON_FALLBACK too; all right."""
     import torch
 
-    from flashrepro import api
+    from flashrepro import launch
     from tests.reference import check_parity, random_qkv
 
-    monkeypatch.setattr(api, "default_config", lambda *args: FA3_WS)
+    monkeypatch.setattr(launch, "default_config", lambda *args: FA3_WS)
     grids = []
 
     class Spy:
@@ -244,8 +244,8 @@ def test_a_table_gluon_entry_that_cannot_run_falls_back(
             grids.append(grid)
             return real[grid]
 
-    real = api.attn_fwd_kernel
-    monkeypatch.setattr(api, "attn_fwd_kernel", Spy())
+    real = launch.attn_fwd_kernel
+    monkeypatch.setattr(launch, "attn_fwd_kernel", Spy())
     b, h, lq, d = 1, 2, 200, 96
     q, k, v = random_qkv(b, h, lq, lq, d, torch.float16, torch.device("cpu"))
     check_parity(q, k, v, causal=True, config=config)
@@ -278,12 +278,12 @@ def test_tile_grid_launches_one_program_per_tile(monkeypatch: pytest.MonkeyPatch
 
     import torch
 
-    from flashrepro import api
+    from flashrepro import api, launch
 
     launches = []
-    monkeypatch.setattr(api, "_overlap_ok", lambda *args: True)
-    monkeypatch.setattr(api, "_tma_ok", lambda *args: True)
-    monkeypatch.setattr(api.fwd_gluon_ws, "launch", lambda *args, **kw: launches.append(kw))
+    monkeypatch.setattr(launch, "_overlap_ok", lambda *args: True)
+    monkeypatch.setattr(launch, "_tma_ok", lambda *args: True)
+    monkeypatch.setattr(launch.fwd_gluon_ws, "launch", lambda *args, **kw: launches.append(kw))
     q = torch.randn(1, 2, 300, 64, dtype=torch.float16)
     for config in (FA3_WS, NAMED["fa3-ws3"]):
         api.attention(q, q, q, config=dataclasses.replace(config, tile_grid=tile_grid))

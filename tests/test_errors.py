@@ -2,7 +2,7 @@
 
 Each bad input must raise a TypeError or ValueError whose message names the argument and the
 rule it breaks, before anything reaches Triton. The rules are listed in
-:func:`flashrepro.api.validate` and :func:`flashrepro.attention`'s docstring.
+:func:`flashrepro.validation.validate` and :func:`flashrepro.attention`'s docstring.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import torch
 
 import flashrepro
 import flashrepro.api
+import flashrepro.validation
 from flashrepro import KernelConfig
 from tests.reference import assert_parity, random_qkv
 
@@ -70,7 +71,7 @@ def test_mixed_devices(qkv) -> None:
 
 
 def test_cpu_tensors_outside_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flashrepro.api, "interpreter_mode", lambda: False)
+    monkeypatch.setattr(flashrepro.validation, "interpreter_mode", lambda: False)
     q, k, v = random_qkv(1, 2, 8, 8, 16, torch.float16, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"^q, k and v are CPU tensors, but the kernels run on "
                                          r"CUDA devices; .*TRITON_INTERPRET=1"):
@@ -272,7 +273,7 @@ def test_article_config_wrong_type(qkv) -> None:
 # -- review findings: bf16 under the interpreter, out sharing memory with an input --
 
 def test_bfloat16_on_cpu_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flashrepro.api, "interpreter_mode", lambda: True)
+    monkeypatch.setattr(flashrepro.validation, "interpreter_mode", lambda: True)
     q, k, v = random_qkv(1, 2, 8, 8, 16, torch.bfloat16, torch.device("cpu"))
     with pytest.raises(TypeError, match=r"bfloat16 CPU tensors: .*triton issue 11584"):
         flashrepro.attention(q, k, v)

@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from flashrepro.api import interpreter_mode
 from flashrepro.bench import kernels as K
 from flashrepro.bench import reproduce as R
 from flashrepro.bench.problem import Problem
 from flashrepro.configs import ARTICLE, P_IN_REGISTERS
+from flashrepro.validation import interpreter_mode
 
 pytestmark = pytest.mark.skipif(not interpreter_mode(), reason="CPU (interpreter) bookkeeping")
 

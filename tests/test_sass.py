@@ -27,9 +27,9 @@ from flashrepro.analysis.offline_compile import (
 )
 from flashrepro.analysis.rows import published_counts, torch_rows
 from flashrepro.analysis.torch_sass import ARTICLE_INSTANCE, installed_library, torch_flash_sass
-from flashrepro.api import interpreter_mode
 from flashrepro.bench.problem import load_article
 from flashrepro.configs import ARTICLE, NAMED, TRITON_FALLBACK, KernelConfig
+from flashrepro.validation import interpreter_mode
 from tests.sass_cache import full_report
 
 PROBLEM, PUBLISHED = load_article()

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from flashrepro import api, configs
+from flashrepro import api, configs, launch
 from flashrepro.bench import tune
 from flashrepro.cli import build_parser
 from flashrepro.configs import FA3_WS, TRITON_FALLBACK, KernelConfig, _tuned_table
@@ -54,21 +54,21 @@ def test_default_launch_on_sm90_runs_a_kernel_that_can(monkeypatch: pytest.Monke
     if arch != "sm90":
         pytest.skip("the Gluon kernels run on sm_90 only")
     padded, causal, length = int(dk[1:]), mask == "causal", int(bucket[1:])
-    check = api._overlap_ok
-    monkeypatch.setattr(api, "launch_arch", lambda device=None: 90)
-    monkeypatch.setattr(api, "_overlap_ok", lambda q, d, c, off: check(
+    check = launch._overlap_ok
+    monkeypatch.setattr(launch, "launch_arch", lambda device=None: 90)
+    monkeypatch.setattr(launch, "_overlap_ok", lambda q, d, c, off: check(
         SimpleNamespace(device=torch.device("cuda"), dtype=q.dtype), d, c, off))
     launches: list[tuple[str, dict]] = []
-    monkeypatch.setattr(api.fwd_gluon_ws, "launch",
+    monkeypatch.setattr(launch.fwd_gluon_ws, "launch",
                         lambda *args, **kw: launches.append(("ws", {"args": args, **kw})))
-    monkeypatch.setattr(api.fwd_gluon, "launch",
+    monkeypatch.setattr(launch.fwd_gluon, "launch",
                         lambda *args, **kw: launches.append(("gluon", kw)))
 
     class Spy:
         def __getitem__(self, grid):
             return lambda *args, **kw: launches.append(("triton", kw))
 
-    monkeypatch.setattr(api, "attn_fwd_kernel", Spy())
+    monkeypatch.setattr(launch, "attn_fwd_kernel", Spy())
     head_dims = sorted({padded, padded - 8, padded // 2 + 1})  # all pad to `padded`
     for d, (alignment, num, den), (h, h_kv), layout in itertools.product(
             head_dims, ALIGNMENTS, [(2, 2), (4, 1)], LAYOUTS):

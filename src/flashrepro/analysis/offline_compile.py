@@ -121,16 +121,18 @@ def gluon_entry(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bo
                 config: KernelConfig) -> torch.Tensor:
     """:func:`flashrepro.api.attention` as it launches on an sm_90 GPU, for
     :func:`record_launch`: its CPU path would run the Triton kernel, so the check that sends a
-    launch to the Gluon kernels (``api._overlap_ok``) is forced true while it records; the
+    launch to the Gluon kernels (``launch._overlap_ok``) is forced true while it records; the
     config picks which Gluon kernel (``warp_specialize``)."""
-    from flashrepro import api
+    from flashrepro import api, launch
 
-    check = api._overlap_ok
-    api._overlap_ok = lambda *args: True
+    check = launch._overlap_ok
+    launch._overlap_ok = lambda *args: True
+    launch.clear_plans()  # a plan recorded without the forced check would bypass it
     try:
         return api.attention(q, k, v, causal=causal, config=config)
     finally:
-        api._overlap_ok = check
+        launch._overlap_ok = check
+        launch.clear_plans()
 
 
 @dataclass(frozen=True)

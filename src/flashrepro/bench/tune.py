@@ -20,11 +20,11 @@ import torch
 from tabulate import tabulate
 
 from flashrepro import env
-from flashrepro.api import MAX_HEAD_DIM
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, add_grid_arguments
 from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.configs import TUNED_TABLE, KernelConfig, launch_arch, length_bucket, table_key
+from flashrepro.validation import MAX_HEAD_DIM
 
 # The configs that won at least one point of the full grids on the H200 (reproduce/NOTES.md,
 # experiments 1-4; 30 configs were timed there) and the article's 64x64 pointer build. Two-stage

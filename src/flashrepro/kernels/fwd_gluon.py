@@ -18,6 +18,7 @@ row sees key 0, so no row's running max stays -inf).
 
 import torch
 import triton
+from triton.compiler import CompiledKernel
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -29,6 +30,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.fwd import program_tile
 
 
@@ -281,8 +283,8 @@ def tma_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
            lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
            heads_per_group: int, store_lse: bool, block_m: int, block_n: int, num_stages: int,
-           num_warps: int) -> None:
-    """Launch :func:`attn_fwd_gluon_kernel`.
+           num_warps: int) -> tuple[KernelCall, CompiledKernel | None]:
+    """Launch :func:`attn_fwd_gluon_kernel`; returns the call and Triton's compiled kernel.
 
     Args:
         q, o: (B, H, Lq, D) fp16/bf16; k, v: (B, H_kv, Lk, D), H a multiple of H_kv; all four
@@ -297,11 +299,11 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     b, h, lq, d = q.shape
     lk = k.shape[2]
     grid = (b * h * triton.cdiv(lq, block_m),)
-    attn_fwd_gluon_kernel[grid](
+    call = KernelCall(attn_fwd_gluon_kernel, grid, (
         tma_descriptor(q, block_m), tma_descriptor(k, block_n), tma_descriptor(v, block_n),
         tma_descriptor(o, block_m), lse,
         lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
-        HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
-        STORE_LSE=store_lse, num_warps=num_warps,
-    )
+    ), dict(HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
+            STORE_LSE=store_lse, num_warps=num_warps))
+    return call, call.run()

@@ -45,6 +45,7 @@ this file's producer and consumer against a model of warps and barriers
 
 import torch
 import triton
+from triton.compiler import CompiledKernel
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -54,6 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
+from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.fwd import tile_coords
 from flashrepro.kernels.fwd_gluon import (
     _key_blocks,
@@ -445,9 +447,10 @@ def attn_fwd_gluon_ws_kernel(
 def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
            lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
            heads_per_group: int, store_lse: bool, block_n: int, num_stages: int,
-           num_programs: int | None, num_consumers: int = 2) -> None:
+           num_programs: int | None,
+           num_consumers: int = 2) -> tuple[KernelCall, CompiledKernel | None]:
     """Launch :func:`attn_fwd_gluon_ws_kernel` (tiles of 64·num_consumers rows, 4 warps per
-    consumer and one producer warp).
+    consumer and one producer warp); returns the call and Triton's compiled kernel.
 
     Args:
         q, k, v, o, lse, causal, qk_scale, causal_offset, heads_per_group, store_lse: as
@@ -470,12 +473,12 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     lk = k.shape[2]
     tiles = b * h * triton.cdiv(lq, CONSUMER_ROWS.value * num_consumers)
     grid = (tiles if num_programs is None else min(tiles, num_programs),)
-    attn_fwd_gluon_ws_kernel[grid](
+    call = KernelCall(attn_fwd_gluon_ws_kernel, grid, (
         tma_descriptor(q, CONSUMER_ROWS.value), tma_descriptor(k, block_n),
         tma_descriptor(v, block_n), tma_descriptor(o, CONSUMER_ROWS.value),
         lse, lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
-        HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
-        STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
-        num_warps=4, maxnreg=maxnreg,
-    )
+    ), dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
+            STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
+            num_warps=4, maxnreg=maxnreg))
+    return call, call.run()

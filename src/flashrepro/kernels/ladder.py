@@ -55,8 +55,10 @@ import torch
 import triton
 import triton.language as tl
 
-from flashrepro.api import LOG2_E, _check_out, article_attention, attention, validate
+from flashrepro.api import article_attention, attention
 from flashrepro.configs import KernelConfig, default_config
+from flashrepro.launch import LOG2_E
+from flashrepro.validation import check_out, validate
 
 VARIANTS: tuple[str, ...] = ("v1", "v2_kcol", "v2_kt", "v2_kcol_fma", "v2_kt_fma", "article",
                              "fwd")
@@ -286,7 +288,7 @@ def launch(variant: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         o, (B, H, Lq, D) in q's dtype.
 
     Raises:
-        TypeError, ValueError: bad inputs (see :func:`flashrepro.api.validate`); an unknown
+        TypeError, ValueError: bad inputs (see :func:`flashrepro.validation.validate`); an unknown
             variant; a head dim that is not a power of two in 16..256; Lk = 0; a config that
             does not fit the GPU.
     """
@@ -303,7 +305,7 @@ def launch(variant: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         return attention(q, k, v, causal=causal, scale=scale, config=cfg, out=out)
     if variant == "article":
         return article_attention(q, k, v, causal=causal, scale=scale, config=cfg, out=out)
-    o = _check_out(out, q)
+    o = check_out(out, q)
     if o.numel() == 0:
         return o
     qk_scale = (1.0 / math.sqrt(d) if scale is None else float(scale)) * LOG2_E

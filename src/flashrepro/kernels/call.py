@@ -1,0 +1,84 @@
+"""One kernel launch as data, so that a caller can repeat it on new tensors without Triton's
+argument binding (:mod:`flashrepro.launch` keeps one per call signature).
+
+Every forward kernel here takes the same five leading arguments: Q, K, V, O and LSE, each a
+tensor or a TMA descriptor over one. Everything after them (strides, sizes, scale, constexprs)
+depends only on the call's shapes, strides, dtype and flags.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from triton.compiler import CompiledKernel
+from triton.runtime.jit import JITFunction
+
+IO_ARGS = 5
+"""The leading arguments every forward kernel takes: Q, K, V, O, LSE."""
+
+
+@dataclass(frozen=True)
+class KernelCall:
+    """``kernel[grid](*args, **kwargs)``, recorded.
+
+    Attributes:
+        kernel: the ``@triton.jit`` / ``@gluon.jit`` function (or, under a test's monkeypatch,
+            anything indexable by a grid).
+        grid: the launch grid, 1 to 3 ints.
+        args: positional arguments; ``args[:5]`` are Q, K, V, O, LSE (tensors, or TMA
+            descriptors whose ``base`` is one).
+        kwargs: keyword arguments: constexprs and launch options (num_warps, num_stages,
+            maxnreg).
+    """
+
+    kernel: Any
+    grid: tuple[int, ...]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def run(self) -> CompiledKernel | None:
+        """Launch through Triton's JIT path (compiling on first use); returns its result, the
+        compiled kernel on a GPU (None under the interpreter)."""
+        return self.kernel[self.grid](*self.args, **self.kwargs)
+
+    def with_io(self, io: tuple[Any, ...]) -> KernelCall:
+        """The same call with Q, K, V, O, LSE replaced by ``io`` (as :func:`rebind_io` builds)."""
+        return KernelCall(self.kernel, self.grid, io + self.args[IO_ARGS:], self.kwargs)
+
+    def ordered_values(self) -> list[Any] | None:
+        """Every parameter of the kernel in signature order, constexprs included (what
+        ``CompiledKernel.run`` takes after its launch arguments); None when ``kernel`` is no
+        JITFunction (a test's spy) or an argument is missing."""
+        if not isinstance(self.kernel, JITFunction):
+            return None
+        values = list(self.args)
+        for param in self.kernel.params[len(self.args):]:
+            if param.name in self.kwargs:
+                values.append(self.kwargs[param.name])
+            elif param.has_default:
+                values.append(param.default)
+            else:
+                return None
+        return values
+
+
+def rebind_io(template: tuple[Any, ...], tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+    """Q, K, V, O, LSE arguments for new ``tensors`` of the template's shapes and strides.
+
+    A tensor slot takes the new tensor; a TMA-descriptor slot a shallow copy of the template's
+    descriptor (shape, strides, block and layout are the template's) with the new tensor as its
+    base. The copy skips the descriptor's constructor checks: the caller guarantees the new
+    tensor's shape, strides, dtype and 16-byte alignment are the template's.
+    """
+    out = []
+    for slot, tensor in zip(template, tensors, strict=True):
+        if isinstance(slot, torch.Tensor):
+            out.append(tensor)
+        else:
+            desc = object.__new__(type(slot))
+            desc.__dict__.update(slot.__dict__)
+            desc.base = tensor
+            out.append(desc)
+    return tuple(out)

@@ -1,0 +1,133 @@
+"""The launch-plan cache (:mod:`flashrepro.launch`): a repeated call signature skips the full
+path but computes the same function on fresh inputs, and never skips a check.
+
+On the CPU the plans relaunch through Triton's interpreter; on a GPU they launch the compiled
+kernel directly, so the GPU cases are what cover the direct launch.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flashrepro
+from flashrepro import launch
+from flashrepro.configs import _tuned_table, launch_arch
+from tests.conftest import HAS_GPU
+from tests.reference import assert_parity, random_qkv
+
+
+def _poison_allocator(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> None:
+    """Leave a NaN-filled block of the output's size in torch's caching allocator, so the next
+    ``torch.empty`` of that size (the plan's output) most likely starts as NaN: an element the
+    kernel does not write then fails the finiteness check."""
+    torch.full(shape, float("nan"), dtype=dtype, device=device)
+
+
+def _calls(q_shape: tuple[int, int, int, int], h_kv: int, dtype: torch.dtype,
+           device: torch.device, **kwargs: object) -> None:
+    """Three calls of one signature on fresh inputs, each checked against the reference: the
+    first builds the plan, the next two run it."""
+    b, h, lq, d = q_shape
+    for _ in range(3):
+        q, k, v = random_qkv(b, h, lq, lq, d, dtype, device, h_kv=h_kv)
+        _poison_allocator(q_shape, dtype, device)
+        o, lse = flashrepro.attention(q, k, v, return_lse=True, enable_gqa=h != h_kv, **kwargs)
+        assert_parity(o, lse, q, k, v, causal=bool(kwargs.get("causal", False)),
+                      scale=kwargs.get("scale"))  # type: ignore[arg-type]
+    assert launch.plan_count() == 1
+
+
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_repeated_calls_reuse_one_plan(causal: bool, device: torch.device) -> None:
+    _calls((1, 2, 70, 32), 2, torch.float16, device, causal=causal)
+
+
+def test_gqa_and_scale_through_a_plan(device: torch.device) -> None:
+    _calls((2, 4, 40, 16), 2, torch.float16, device, causal=True, scale=0.3)
+
+
+def test_each_signature_gets_its_plan(device: torch.device) -> None:
+    """Shapes, strides, flags and dtype all key the cache; no two share a plan."""
+    q, k, v = random_qkv(1, 2, 33, 33, 16, torch.float16, device)
+    calls = [dict(), dict(causal=True), dict(scale=0.5), dict(return_lse=True),
+             dict(causal_alignment="bottom_right", causal=True), dict(config="article")]
+    for kwargs in calls:
+        flashrepro.attention(q, k, v, **kwargs)
+    flashrepro.attention(q.transpose(1, 2).contiguous().transpose(1, 2), k, v)  # strides
+    flashrepro.attention(q[:, :, :20], k, v)  # Lq
+    assert launch.plan_count() == len(calls) + 2
+    for kwargs in calls:  # hits
+        flashrepro.attention(q, k, v, **kwargs)
+    assert launch.plan_count() == len(calls) + 2
+
+
+def test_a_cached_signature_still_refuses_bad_input(device: torch.device) -> None:
+    """After a valid call has cached its plan, inputs equal to it but for a rule they break
+    raise the full path's errors."""
+    q, k, v = random_qkv(1, 2, 33, 33, 16, torch.float16, device)
+    flashrepro.attention(q, k, v, causal=True, scale=1.0)
+    with pytest.raises(TypeError, match="causal must be a bool"):
+        flashrepro.attention(q, k, v, causal=1, scale=1.0)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="scale must be None or a real number"):
+        flashrepro.attention(q, k, v, causal=True, scale=True)
+    with pytest.raises(ValueError, match="q requires grad"):
+        flashrepro.attention(q.clone().requires_grad_(), k, v, causal=True, scale=1.0)
+    with pytest.raises(TypeError, match="return_lse must be a bool"):
+        flashrepro.attention(q, k, v, causal=True, scale=1.0, return_lse=1)  # type: ignore[arg-type]
+
+
+def test_out_takes_the_full_path(device: torch.device) -> None:
+    """``out=`` is checked against the inputs' memory on every call: never from a plan."""
+    q, k, v = random_qkv(1, 2, 33, 33, 16, torch.float16, device)
+    flashrepro.attention(q, k, v)
+    with pytest.raises(ValueError, match="out must not share memory with k"):
+        flashrepro.attention(q, k, v, out=k)
+    assert launch.plan_count() == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("key", sorted(k for k in _tuned_table() if k.startswith("sm90")))
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+def test_every_table_entry_through_its_plan(key: str, dtype: torch.dtype) -> None:
+    """On the GPU, each tuned-table entry's kernel launched from its plan (Triton's compiled
+    kernel, launched directly, with fresh TMA descriptors) is right on fresh inputs."""
+    device = torch.device("cuda")
+    _, dk, mask, bucket = key.split("-")
+    arch = launch_arch(device)
+    if arch != 90:
+        pytest.skip(f"sm_90 table entries; this GPU builds sm_{arch}")
+    lq = min(int(bucket[1:]), 2048) + 8  # the bucket's length bucket, short enough to be quick
+    _calls((2, 4, lq, int(dk[1:])), 2, dtype, device, causal=mask == "causal")
+    (plan,) = launch._PLANS.values()
+    assert plan.compiled is not None, "the plan did not bind the compiled kernel"
+
+
+@pytest.mark.gpu
+def test_plan_on_a_side_stream_and_misaligned_inputs() -> None:
+    """A plan launches on the caller's current stream; an input whose address is not 16-byte
+    aligned (same shape and strides) gets its own plan, not the aligned one's TMA kernel."""
+    device = torch.device("cuda")
+    b, h, lq, d = 1, 4, 300, 128
+    q, k, v = random_qkv(b, h, lq, lq, d, torch.float16, device)
+    flashrepro.attention(q, k, v, causal=True)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        q2, k2, v2 = random_qkv(b, h, lq, lq, d, torch.float16, device)
+        o = flashrepro.attention(q2, k2, v2, causal=True)
+    stream.synchronize()
+    assert_parity(o, None, q2, k2, v2, causal=True)
+    buf = torch.randn(q.numel() + 1, dtype=torch.float16, device=device)
+    q3 = buf[1:].view(q.shape)  # 2-byte offset
+    o3 = flashrepro.attention(q3, k, v, causal=True)
+    assert_parity(o3, None, q3, k, v, causal=True)
+    assert launch.plan_count() == 2
+
+
+def test_interpreter_plans_relaunch_through_the_jit_path(device: torch.device) -> None:
+    """Under the interpreter a plan keeps no compiled kernel (it relaunches the recorded call);
+    on a GPU it binds Triton's compiled kernel."""
+    q, k, v = random_qkv(1, 2, 33, 33, 64, torch.float16, device)
+    flashrepro.attention(q, k, v)
+    (plan,) = launch._PLANS.values()
+    assert (plan.compiled is not None) == HAS_GPU
