@@ -43,7 +43,7 @@ def _install(session: nox.Session, *extras: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Parity, SASS, gate and error tests; kernels run under the interpreter without a GPU."""
-    _install(session, "test")
+    _install(session, "test", "models")  # models: tests/test_transformers.py
     session.run("pytest", "-n", "auto", *session.posargs)
 
 
