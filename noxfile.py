@@ -69,6 +69,13 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session
+def model(session: nox.Session) -> None:
+    """Qwen3-0.6B-shaped prefill tokens/s, eager and compiled, vs SDPA and FA4 (GPU)."""
+    _install(session, "plot", "models")
+    session.run("python", "-m", "flashrepro", "model", *session.posargs)
+
+
+@nox.session
 def profile(session: nox.Session) -> None:
     """Nsight Compute: executed instruction counts, DRAM bytes, bank conflicts (GPU + ncu)."""
     _install(session)
