@@ -196,3 +196,27 @@ def test_static_cache_offsets_are_refused() -> None:
     with pytest.raises(ValueError, match="last keys"):
         fr_tf.mask(1, q_length=8, kv_length=64, q_offset=0, kv_offset=0)
     assert fr_tf.mask(1, q_length=1, kv_length=9, q_offset=8, kv_offset=0) is None
+
+
+def test_integration_traces_fullgraph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The integration's own code (mask function, checks, layout) has no graph break under
+    ``torch.compile(fullgraph=True)``. The kernel call is replaced by SDPA here (backend
+    "eager": dynamo only): whether ``flashrepro.attention`` itself traces is the torch op's
+    test."""
+    def stand_in(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                 scale: float | None, enable_gqa: bool, causal_alignment: str) -> torch.Tensor:
+        assert causal_alignment == "bottom_right" and q.shape[2] == k.shape[2]
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, scale=scale, enable_gqa=enable_gqa)
+
+    monkeypatch.setattr(flashrepro, "attention", stand_in)
+    torch._dynamo.reset()
+    model = build(small_config(), fresh_seed(), torch.device("cpu"), fr_tf.NAME)
+    ids = torch.randint(0, 512, (2, 24))
+    compiled = torch.compile(lambda x: model(x, use_cache=False).logits, fullgraph=True,
+                             backend="eager")
+    with torch.inference_mode():
+        got = compiled(ids)
+        model.set_attn_implementation("sdpa")
+        want = model(ids, use_cache=False).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=0)

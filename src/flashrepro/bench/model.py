@@ -298,18 +298,22 @@ def _recompile_room(limit: int = 64) -> Iterator[None]:
 
 
 def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: list[Shape],
-            rounds: int, calls: int, vocab: int, progress: Callable[[str], None] = print
+            rounds: int, calls: int, vocab: int, progress: Callable[[str], None] = print,
+            checkpoint: Callable[[list[dict[str, Any]], dict[str, str]], None] | None = None
             ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Rows of :func:`summarize` for every mode and shape, and the errors of variants that did
-    not run ("mode B L impl" -> message); a failing variant is left out, never the run."""
+    not run ("mode B L impl" -> message); a failing variant is left out, never the run.
+    ``checkpoint(rows, errors)`` is called after every (shape, mode), so that a run stopped by a
+    time limit keeps what it measured."""
     rows: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
     gen = torch.Generator("cuda").manual_seed(0)
-    for shape in shape_list:
-        ids = torch.randint(0, vocab, (shape.batch, shape.seqlen), device="cuda", generator=gen)
-        with torch.inference_mode():
-            ref = make_forward(models[REFERENCE], REFERENCE)(ids)
-        for mode in modes:
+    inputs = {shape: torch.randint(0, vocab, (shape.batch, shape.seqlen), device="cuda",
+                                   generator=gen) for shape in shape_list}
+    for mode in modes:  # every eager row first: the compiled ones take most of the time
+        for shape, ids in inputs.items():
+            with torch.inference_mode():
+                ref = make_forward(models[REFERENCE], REFERENCE)(ids)
             torch._dynamo.reset()
             fns: dict[str, Callable[[], object]] = {}
             diffs: dict[str, float] = {}
@@ -337,7 +341,9 @@ def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: li
             progress(table([r for r in rows if r["mode"] == mode
                             and (r["batch"], r["seqlen"]) == (shape.batch, shape.seqlen)],
                            "simple"))
-        del ref
+            if checkpoint is not None:
+                checkpoint(rows, errors)
+            del ref
     return rows, errors
 
 
@@ -418,26 +424,32 @@ def run(args: argparse.Namespace) -> int:
         base = Qwen3ForCausalLM(config).to(torch.bfloat16).eval()
     models = {impl: copy.deepcopy(base) for impl in impls}
     del base
-    with _recompile_room():
-        rows, errors = measure(models, args.modes, shape_list, args.rounds, args.calls,
-                               config.vocab_size)
-    results = {"schema": SCHEMA, "kind": "model", "env": environment,
-               "model": config.to_dict(),
-               "method": {"timer": "cuda-events per forward, back to back, no busy-wait",
-                          "rounds": args.rounds, "calls_per_round": args.calls,
-                          "warmup": 2, "statistic": "median of per-round medians",
-                          "tokens": args.tokens, "reference": REFERENCE,
-                          "compile": "torch.compile(forward, fullgraph=True), else graph breaks"},
-               "skipped": skipped, "errors": errors, "rows": rows}
     out_dir = results_dir(args.out, environment["gpu"]["key"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     text = caption(environment, args.layers)
-    notes = "".join(f"\n- {k}: {v}" for k, v in {**skipped, **errors}.items())
-    (out_dir / "model.md").write_text(f"# Qwen3 prefill\n\n{text}\n\n{table(rows, 'github')}\n"
-                                      + (f"\nLeft out:{notes}\n" if notes else ""))
-    if rows:
-        plot(rows, out_dir / "model.png", text)
+
+    def write(rows: list[dict[str, Any]], errors: dict[str, str]) -> None:
+        results = {"schema": SCHEMA, "kind": "model", "env": environment,
+                   "model": config.to_dict(),
+                   "method": {"timer": "cuda-events per forward, back to back, no busy-wait",
+                              "rounds": args.rounds, "calls_per_round": args.calls,
+                              "warmup": 2, "statistic": "median of per-round medians",
+                              "tokens": args.tokens, "reference": REFERENCE,
+                              "compile": "torch.compile(forward, fullgraph=True), else with "
+                                         "graph breaks"},
+                   "skipped": skipped, "errors": errors, "rows": rows}
+        (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+        notes = "".join(f"\n- {k}: {v}" for k, v in {**skipped, **errors}.items())
+        (out_dir / "model.md").write_text(
+            f"# Qwen3 prefill\n\n{text}\n\n{table(rows, 'github')}\n"
+            + (f"\nLeft out:{notes}\n" if notes else ""))
+        if rows:
+            plot(rows, out_dir / "model.png", text)
+
+    with _recompile_room():
+        rows, errors = measure(models, args.modes, shape_list, args.rounds, args.calls,
+                               config.vocab_size, checkpoint=write)
+    write(rows, errors)
     print(table(rows, "simple"))
     print(text)
     for k, v in {**skipped, **errors}.items():

@@ -72,7 +72,11 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
         q_offset, kv_offset: positions of the first query and the first key (a KV cache).
         mask_function: transformers' mask pattern; only ``causal_mask_function`` and
             ``bidirectional_mask_function`` are accepted (sliding windows, chunked attention,
-            packed sequences and or/and masks compose other functions).
+            packed sequences and or/and masks compose other functions). Under tracing
+            (torch.compile, export) an and-composition is accepted too: transformers adds a
+            packed-sequence term there that it cannot evaluate, so packed sequences
+            (position_ids restarting within a row) are not detected under tracing; sliding
+            windows are still refused by :func:`attention_forward` (``sliding_window``).
         attention_mask: (B, >= L_k) bool padding mask, or None. All True is no padding.
 
     Returns:
@@ -84,7 +88,11 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
             kv_length``, e.g. a static cache's unwritten slots), where neither causal
             alignment of the kernel is the mask transformers means.
     """
-    if mask_function not in (causal_mask_function, bidirectional_mask_function):
+    # Under torch.compile / export transformers cannot check position_ids for packed sequences
+    # (masking_utils.find_packed_sequence_indices) and always and-s a packed-sequence term into
+    # the pattern; accepted there, as transformers' own flash_attention_mask ignores the pattern.
+    traced_and = is_tracing() and getattr(mask_function, "__name__", "") == "and_mask"
+    if mask_function not in (causal_mask_function, bidirectional_mask_function) and not traced_and:
         pattern = getattr(mask_function, "__name__", mask_function)
         raise _refuse("this mask pattern (a sliding window, chunked attention, packed sequences "
                       f"or a custom or/and mask: {pattern})")
