@@ -43,7 +43,7 @@ def _install(session: nox.Session, *extras: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Parity, SASS, gate and error tests; kernels run under the interpreter without a GPU."""
-    _install(session, "test")
+    _install(session, "test", "models")  # models: tests/test_transformers.py
     session.run("pytest", "-n", "auto", *session.posargs)
 
 
@@ -66,6 +66,13 @@ def bench(session: nox.Session) -> None:
     """Sweep L x D x causal x dtype against torch's backends; table and plot (GPU)."""
     _install(session, "plot")
     session.run("python", "-m", "flashrepro", "bench", *session.posargs)
+
+
+@nox.session
+def model(session: nox.Session) -> None:
+    """Qwen3-0.6B-shaped prefill tokens/s, eager and compiled, vs SDPA and FA4 (GPU)."""
+    _install(session, "plot", "models")
+    session.run("python", "-m", "flashrepro", "model", *session.posargs)
 
 
 @nox.session

@@ -1,0 +1,458 @@
+"""``python -m flashrepro model``: Qwen3-0.6B-shaped prefill, tokens/s, flashrepro against peers.
+
+The model: transformers' ``Qwen3ForCausalLM`` built from :func:`qwen3_0_6b_config` in code
+(28 layers, hidden 1024, 16 query heads, 8 KV heads, head_dim 128, intermediate 3072, vocab
+151936: the shape of Qwen/Qwen3-0.6B's ``config.json``), random bfloat16 weights, nothing
+downloaded. One forward is a prefill, ``model(input_ids, use_cache=False)`` under
+``torch.inference_mode``, logits included.
+
+Implementations (:data:`IMPLS`), each on its own deep copy of the same weights:
+``frepro`` (:mod:`flashrepro.integrations.transformers`), ``sdpa-cudnn`` and ``sdpa-flash``
+(``attn_implementation="sdpa"`` inside ``sdpa_kernel(CUDNN_ATTENTION)`` /
+``sdpa_kernel(FLASH_ATTENTION)``), and ``fa4`` (``flash_attn.cute.flash_attn_func``, the CuTe
+DSL FlashAttention-4, where it imports; registered here as :data:`FA4_NAME`).
+
+Shapes: B·L = ``--tokens`` (16384) for each L in ``--lengths`` (1024, 4096, 16384), plus the
+short prefill B=1, L=1024 where host cost shows. Modes: ``eager`` and ``compile``
+(``torch.compile`` of the forward, mode default, ``fullgraph=True``; where that fails the
+variant is compiled again with graph breaks allowed and the JSON says so).
+
+Timing: per forward, CUDA events recorded before and after it, forwards queued back to back
+(no busy-wait, no synchronisation between them: host time that the GPU waits for is in the
+interval, as in a user's program). ``--calls`` forwards per round, ``--rounds`` interleaved
+rounds (order rotated each round), 2 warm-up forwards per implementation first; the reported
+time is the median of the per-round medians. Each implementation's logits are compared once per
+shape and mode with the eager ``sdpa-flash`` logits of the same weights (max |Δ|).
+
+Outputs under ``--out`` (default ``reproduce/results/<gpu-key>/``): ``model.json`` (with
+:func:`flashrepro.env.capture`), ``model.md`` (tabulate) and ``model.png`` (matplotlib).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from tabulate import tabulate
+
+from flashrepro import env
+from flashrepro.bench.reproduce import SCHEMA, results_dir
+
+IMPLS = ["frepro", "sdpa-cudnn", "sdpa-flash", "fa4"]
+"""Every implementation the benchmark knows, in table order."""
+SDPA_IMPLS = ("sdpa-cudnn", "sdpa-flash")
+"""The torch SDPA backends; each row's ratio is to the fastest of them at that shape and mode."""
+REFERENCE = "sdpa-flash"
+"""Whose eager logits every implementation's are compared with."""
+MODES = ("eager", "compile")
+FA4_NAME = "fa4_cute"
+"""The ``attn_implementation`` name of the FA4 peer (no "flash" in it: transformers 5.17 treats
+such names as FlashAttention builds to import)."""
+
+Timer = Callable[[Callable[[], object], int], list[float]]
+"""``timer(fn, calls)`` -> per-call times in ms."""
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One prefill: ``batch`` sequences of ``seqlen`` tokens."""
+
+    batch: int
+    seqlen: int
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.seqlen
+
+
+def qwen3_0_6b_config(num_layers: int = 28) -> Any:
+    """Qwen3-0.6B's architecture as a ``transformers.Qwen3Config`` (values from
+    Qwen/Qwen3-0.6B's ``config.json``); ``num_layers`` < 28 only for quick runs."""
+    from transformers import Qwen3Config
+
+    return Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072,
+                       num_hidden_layers=num_layers, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+                       rms_norm_eps=1e-6, rope_theta=1_000_000.0, tie_word_embeddings=True,
+                       attention_bias=False, use_sliding_window=False)
+
+
+def shapes(lengths: list[int], tokens: int, short: bool) -> list[Shape]:
+    """B = tokens / L for each L (B >= 1), then B=1, L=1024 when ``short`` (if not listed).
+
+    Raises:
+        ValueError: an L that does not divide ``tokens`` (B·L would not be ``tokens``).
+    """
+    out = []
+    for length in lengths:
+        if length > tokens or tokens % length:
+            raise ValueError(f"--lengths: every L must divide --tokens={tokens}, got {length}")
+        out.append(Shape(tokens // length, length))
+    if short and Shape(1, 1024) not in out:
+        out.append(Shape(1, 1024))
+    return out
+
+
+def fa4_available() -> str | None:
+    """None when ``flash_attn.cute.flash_attn_func`` imports, else why not."""
+    try:
+        from flash_attn.cute import flash_attn_func  # noqa: F401
+    except Exception as exc:  # ImportError, or a CUDA/CuTe DSL error at import
+        return f"flash_attn.cute does not import: {type(exc).__name__}: {exc}"
+    return None
+
+
+def fa4_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                          value: torch.Tensor, attention_mask: torch.Tensor | None,
+                          dropout: float = 0.0, scaling: float | None = None,
+                          is_causal: bool | None = None, **kwargs: Any
+                          ) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature, computed by FA4's ``flash_attn_func``.
+
+    query (B, H, L_q, D), key/value (B, H_kv, L_k, D) arrive as transposed views of (B, L, H,
+    D) tensors; FA4 takes that layout (and GQA, H_kv < H) directly:
+    ``flash_attn_func(q, k, v, softmax_scale=..., causal=...)`` returns ``(out, lse)`` with out
+    (B, L_q, H, D) (flash-attention ``flash_attn/cute/interface.py``; older versions return
+    out alone). Returns (out, None).
+
+    Raises:
+        ValueError: an attention mask or dropout (the benchmark passes neither).
+    """
+    from flash_attn.cute import flash_attn_func
+
+    if attention_mask is not None or dropout:
+        raise ValueError(f"{FA4_NAME}: the benchmark's FA4 peer takes no mask and no dropout")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    res = flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
+                          softmax_scale=scaling, causal=query.shape[2] > 1 and bool(causal))
+    return (res[0] if isinstance(res, tuple) else res), None
+
+
+def register_fa4() -> None:
+    """Register :func:`fa4_attention_forward` as :data:`FA4_NAME` (idempotent)."""
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(FA4_NAME, fa4_attention_forward)
+
+
+def _attn_name(impl: str) -> str:
+    from flashrepro.integrations import transformers as fr_tf
+
+    return {"frepro": fr_tf.NAME, "fa4": FA4_NAME}.get(impl, "sdpa")
+
+
+def _context(impl: str) -> contextlib.AbstractContextManager:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    backend = {"sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
+               "sdpa-flash": SDPBackend.FLASH_ATTENTION}.get(impl)
+    return sdpa_kernel(backend) if backend is not None else contextlib.nullcontext()
+
+
+def make_forward(model: torch.nn.Module, impl: str) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``f(input_ids) -> logits`` of ``model`` (its own copy, attention set to ``impl``'s)."""
+    model.set_attn_implementation(_attn_name(impl))
+
+    def forward(input_ids: torch.Tensor) -> torch.Tensor:
+        with _context(impl):
+            return model(input_ids, use_cache=False).logits
+
+    return forward
+
+
+def compile_forward(fn: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor
+                    ) -> tuple[Callable[[torch.Tensor], torch.Tensor], dict[str, Any]]:
+    """``torch.compile(fn, fullgraph=True)``, else with graph breaks allowed; compiled and run
+    once on ``ids`` here. Returns the compiled function and what happened (``fullgraph``,
+    ``compile_s``: wall seconds of the first call, ``fullgraph_error``)."""
+    info: dict[str, Any] = {}
+    for fullgraph in (True, False):
+        compiled = torch.compile(fn, fullgraph=fullgraph)
+        t0 = time.perf_counter()
+        try:
+            with torch.inference_mode():
+                compiled(ids)
+            torch.cuda.synchronize()
+        except Exception as exc:
+            if not fullgraph:
+                raise
+            # No dynamo reset here: it would drop the variants compiled before this one.
+            info["fullgraph_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+            continue
+        info.update(fullgraph=fullgraph, compile_s=time.perf_counter() - t0)
+        return compiled, info
+    raise AssertionError("unreachable")
+
+
+def time_forwards(fn: Callable[[], object], calls: int) -> list[float]:
+    """``calls`` back-to-back calls of ``fn``, CUDA events before and after each; ms per call."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(calls)]
+    torch.cuda.synchronize()
+    for start, end in zip(starts, ends, strict=True):
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)]
+
+
+def interleave(fns: dict[str, Callable[[], object]], rounds: int, calls: int,
+               timer: Timer = time_forwards) -> dict[str, list[float]]:
+    """Each implementation's per-round median ms, rounds interleaved with rotated order."""
+    names = list(fns)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            out[name].append(statistics.median(timer(fns[name], calls)))
+    return out
+
+
+def summarize(mode: str, shape: Shape, round_ms: dict[str, list[float]],
+              max_abs_diff: dict[str, float], extra: dict[str, dict[str, Any]]
+              ) -> list[dict[str, Any]]:
+    """One row per implementation: ms (median of round medians), tokens/s, ratio to the best
+    SDPA backend's tokens/s (None when no SDPA backend ran), max |Δ| to the reference."""
+    rows = []
+    for name, samples in round_ms.items():
+        ms = statistics.median(samples)
+        rows.append({"mode": mode, **asdict(shape), "impl": name, "ms": ms,
+                     "round_medians_ms": samples, "tokens_per_s": shape.tokens / (ms * 1e-3),
+                     "max_abs_diff_vs_ref": max_abs_diff.get(name), **extra.get(name, {})})
+    sdpa = [r["tokens_per_s"] for r in rows if r["impl"] in SDPA_IMPLS]
+    best = max(sdpa) if sdpa else None
+    for r in rows:
+        r["ratio_to_best_sdpa"] = r["tokens_per_s"] / best if best else None
+    return rows
+
+
+def table(rows: list[dict[str, Any]], fmt: str) -> str:
+    """The results table: one line per (mode, shape, implementation)."""
+    def num(v: float | None, spec: str) -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    body = [[r["mode"], r["batch"], r["seqlen"], r["impl"], num(r["ms"], ".2f"),
+             num(r["tokens_per_s"] / 1e3, ".0f"), num(r["ratio_to_best_sdpa"], ".3f"),
+             num(r["max_abs_diff_vs_ref"], ".3g")] for r in rows]
+    headers = ["mode", "B", "L", "implementation", "ms / forward", "k tokens/s",
+               "/ best SDPA", f"max |Δ logits| vs {REFERENCE}"]
+    return tabulate(body, headers, tablefmt=fmt)
+
+
+def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
+    """Grouped bars: tokens/s per shape, one bar per implementation, one panel per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = [m for m in MODES if any(r["mode"] == m for r in rows)]
+    fig, axes = plt.subplots(1, len(modes), figsize=(6.5 * len(modes), 4), squeeze=False)
+    impls = [i for i in IMPLS if any(r["impl"] == i for r in rows)]
+    for ax, mode in zip(axes.flat, modes, strict=True):
+        sel = [r for r in rows if r["mode"] == mode]
+        labels = list(dict.fromkeys(f"B={r['batch']} L={r['seqlen']}" for r in sel))
+        width = 0.8 / max(1, len(impls))
+        for i, impl in enumerate(impls):
+            vals = {f"B={r['batch']} L={r['seqlen']}": r["tokens_per_s"] / 1e3
+                    for r in sel if r["impl"] == impl}
+            xs = [j + i * width for j, lab in enumerate(labels) if lab in vals]
+            ax.bar(xs, [vals[lab] for lab in labels if lab in vals], width, label=impl)
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(labels))], labels, fontsize=8)
+        ax.set_ylabel("k tokens/s (prefill)")
+        ax.set_title(mode)
+        ax.grid(axis="y", alpha=0.3)
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def max_abs_diff(a: torch.Tensor, b: torch.Tensor, chunk: int = 1024) -> float:
+    """max |a - b| in float32, ``chunk`` tokens at a time (logits are B x L x 151936)."""
+    a, b = a.flatten(0, -2), b.flatten(0, -2)
+    return max((a[i:i + chunk].float() - b[i:i + chunk].float()).abs().max().item()
+               for i in range(0, a.shape[0], chunk))
+
+
+@contextlib.contextmanager
+def _recompile_room(limit: int = 64) -> Iterator[None]:
+    """Raise dynamo's per-code-object recompile limit (every variant compiles model.forward)."""
+    cfg = torch._dynamo.config
+    attr = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
+    old = getattr(cfg, attr)
+    setattr(cfg, attr, max(old, limit))
+    try:
+        yield
+    finally:
+        setattr(cfg, attr, old)
+
+
+def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: list[Shape],
+            rounds: int, calls: int, vocab: int, progress: Callable[[str], None] = print,
+            checkpoint: Callable[[list[dict[str, Any]], dict[str, str]], None] | None = None
+            ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+    """Rows of :func:`summarize` for every mode and shape, and the errors of variants that did
+    not run ("mode B L impl" -> message); a failing variant is left out, never the run.
+    ``checkpoint(rows, errors)`` is called after every (shape, mode), so that a run stopped by a
+    time limit keeps what it measured."""
+    rows: list[dict[str, Any]] = []
+    errors: dict[str, str] = {}
+    gen = torch.Generator("cuda").manual_seed(0)
+    inputs = {shape: torch.randint(0, vocab, (shape.batch, shape.seqlen), device="cuda",
+                                   generator=gen) for shape in shape_list}
+    for mode in modes:  # every eager row first: the compiled ones take most of the time
+        for shape, ids in inputs.items():
+            with torch.inference_mode():
+                ref = make_forward(models[REFERENCE], REFERENCE)(ids)
+            torch._dynamo.reset()
+            fns: dict[str, Callable[[], object]] = {}
+            diffs: dict[str, float] = {}
+            extra: dict[str, dict[str, Any]] = {}
+            for impl, model in models.items():
+                key = f"{mode} B={shape.batch} L={shape.seqlen} {impl}"
+                try:
+                    fwd = make_forward(model, impl)
+                    if mode == "compile":
+                        fwd, extra[impl] = compile_forward(fwd, ids)
+                        progress(f"{key}: compiled in {extra[impl]['compile_s']:.0f} s "
+                                 f"(fullgraph={extra[impl]['fullgraph']})")
+                    with torch.inference_mode():
+                        diffs[impl] = max_abs_diff(fwd(ids), ref)
+                        fwd(ids)
+                    torch.cuda.synchronize()
+                except Exception as exc:
+                    errors[key] = f"{type(exc).__name__}: {str(exc)[:500]}"
+                    progress(f"{key}: left out ({errors[key][:200]})")
+                    continue
+                fns[impl] = (lambda f=fwd, x=ids: f(x))
+            with torch.inference_mode():
+                round_ms = interleave(fns, rounds, calls) if fns else {}
+            rows += summarize(mode, shape, round_ms, diffs, extra)
+            progress(table([r for r in rows if r["mode"] == mode
+                            and (r["batch"], r["seqlen"]) == (shape.batch, shape.seqlen)],
+                           "simple"))
+            if checkpoint is not None:
+                checkpoint(rows, errors)
+            del ref
+    return rows, errors
+
+
+def _csv(choices: tuple[str, ...] | list[str]) -> Callable[[str], list[str]]:
+    def parse(text: str) -> list[str]:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+        bad = [t for t in items if t not in choices]
+        if bad or not items:
+            raise argparse.ArgumentTypeError(
+                f"expected a comma-separated subset of {','.join(choices)}, got {text!r}")
+        return list(dict.fromkeys(items))
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--modes", type=_csv(MODES), default=list(MODES),
+                        help="comma-separated: eager,compile (default: both)")
+    parser.add_argument("--impls", type=_csv(IMPLS), default=list(IMPLS),
+                        help=f"comma-separated subset of {','.join(IMPLS)} (default: all; fa4 "
+                             "only where flash_attn.cute imports)")
+    parser.add_argument("--lengths", type=env.positive_int, nargs="+",
+                        default=[1024, 4096, 16384],
+                        help="sequence lengths L, each dividing --tokens (default: %(default)s)")
+    parser.add_argument("--tokens", type=env.positive_int, default=16384,
+                        help="B·L per shape (default: %(default)s)")
+    parser.add_argument("--no-short", dest="short", action="store_false",
+                        help="leave out the single short prefill B=1, L=1024")
+    parser.add_argument("--layers", type=env.positive_int, default=28,
+                        help="decoder layers (default: %(default)s, Qwen3-0.6B's)")
+    parser.add_argument("--rounds", type=env.positive_int, default=5,
+                        help="interleaved rounds (default: %(default)s)")
+    parser.add_argument("--calls", type=env.positive_int, default=3,
+                        help="timed forwards per implementation per round (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=None, help="results folder")
+
+
+def caption(environment: dict[str, Any], layers: int) -> str:
+    """The table's and the plot's caption: GPU, versions, date, model and method."""
+    gpu = environment["gpu"] or {}
+    return (f"{gpu.get('name', 'no GPU')}, torch {environment['torch']}, transformers "
+            f"{environment.get('transformers', '?')}, {environment['date']}; Qwen3-0.6B shape "
+            f"({layers} layers, GQA 16/8, head_dim 128), random bf16 weights, prefill "
+            "model(input_ids, use_cache=False); CUDA events per forward, back to back, median "
+            "of per-round medians.")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        shape_list = shapes(args.lengths, args.tokens, args.short)
+    except ValueError as exc:
+        print(f"model: {exc}")
+        return 2
+    if not torch.cuda.is_available():
+        print("model: the benchmark needs a CUDA GPU (torch sees none)")
+        return 1 if env.require_gpu() else 0
+    try:
+        import transformers
+        from transformers import Qwen3ForCausalLM
+
+        import flashrepro.integrations.transformers  # noqa: F401  (registers "frepro")
+    except ImportError as exc:
+        print(f"model: needs transformers (pip install 'flashrepro[models]'): {exc}")
+        return 2
+    environment = env.capture()
+    environment["transformers"] = transformers.__version__
+    impls = list(args.impls)
+    skipped: dict[str, str] = {}
+    if "fa4" in impls and (why := fa4_available()):
+        skipped["fa4"] = why
+        impls.remove("fa4")
+    elif "fa4" in impls:
+        register_fa4()
+    if REFERENCE not in impls:
+        impls.append(REFERENCE)  # the logits reference runs (and is timed) always
+    config = qwen3_0_6b_config(args.layers)
+    torch.manual_seed(0)
+    with torch.device("cuda"):
+        base = Qwen3ForCausalLM(config).to(torch.bfloat16).eval()
+    models = {impl: copy.deepcopy(base) for impl in impls}
+    del base
+    out_dir = results_dir(args.out, environment["gpu"]["key"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    text = caption(environment, args.layers)
+
+    def write(rows: list[dict[str, Any]], errors: dict[str, str]) -> None:
+        results = {"schema": SCHEMA, "kind": "model", "env": environment,
+                   "model": config.to_dict(),
+                   "method": {"timer": "cuda-events per forward, back to back, no busy-wait",
+                              "rounds": args.rounds, "calls_per_round": args.calls,
+                              "warmup": 2, "statistic": "median of per-round medians",
+                              "tokens": args.tokens, "reference": REFERENCE,
+                              "compile": "torch.compile(forward, fullgraph=True), else with "
+                                         "graph breaks"},
+                   "skipped": skipped, "errors": errors, "rows": rows}
+        (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+        notes = "".join(f"\n- {k}: {v}" for k, v in {**skipped, **errors}.items())
+        (out_dir / "model.md").write_text(
+            f"# Qwen3 prefill\n\n{text}\n\n{table(rows, 'github')}\n"
+            + (f"\nLeft out:{notes}\n" if notes else ""))
+        if rows:
+            plot(rows, out_dir / "model.png", text)
+
+    with _recompile_room():
+        rows, errors = measure(models, args.modes, shape_list, args.rounds, args.calls,
+                               config.vocab_size, checkpoint=write)
+    write(rows, errors)
+    print(table(rows, "simple"))
+    print(text)
+    for k, v in {**skipped, **errors}.items():
+        print(f"left out: {k}: {v[:300]}")
+    print(f"model: wrote {env.shown_path(out_dir)}/model.{{json,md,png}}")
+    return 0

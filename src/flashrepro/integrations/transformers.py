@@ -1,0 +1,174 @@
+"""``attn_implementation="frepro"`` for Hugging Face transformers (extra ``models``).
+
+Importing this module registers :func:`attention_forward` with transformers'
+``AttentionInterface`` and :func:`mask` with its ``AttentionMaskInterface``, both under the name
+:data:`NAME` (idempotent: :func:`register` may be called again). Then::
+
+    import flashrepro.integrations.transformers  # noqa: F401
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="frepro")
+
+runs every attention layer through :func:`flashrepro.attention`: causal (or bidirectional)
+attention without padding, GQA through ``enable_gqa`` (no ``repeat_kv`` copies), forward only.
+What the kernel cannot do is refused with a ValueError that names the rule: padding or custom
+masks, sliding windows, packed sequences, attention dropout, logit soft-capping, attention
+sinks, position biases, ``output_attentions``, static caches with unwritten slots.
+
+Conventions are those of transformers 5.17's ``integrations/sdpa_attention.py``
+(``sdpa_attention_forward``): queries, keys and values arrive as (B, H, L, D) and (B, H_kv, L,
+D); the output is returned as (B, L, H, D) with attention weights None; ``is_causal`` from the
+call, else ``module.is_causal``, and causal only when L_q > 1 (a single query row sees every
+key, as under SDPA).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from transformers import AttentionInterface
+from transformers.masking_utils import (
+    AttentionMaskInterface,
+    bidirectional_mask_function,
+    causal_mask_function,
+)
+from transformers.utils.import_utils import is_tracing
+
+import flashrepro
+
+NAME = "frepro"
+"""The ``attn_implementation`` name this module registers. Not "flashrepro": transformers 5.17
+treats every name containing "flash" as a FlashAttention build to import
+(``utils.generic.is_flash_attention_requested``, then ``lazy_import_flash_attention``), and
+``set_attn_implementation("flashrepro")`` fails there."""
+
+_UNSUPPORTED_KWARGS = {
+    "softcap": "logit soft-capping",
+    "sliding_window": "a sliding window",
+    "position_bias": "an additive position bias",
+    "s_aux": "attention sinks",
+    "sinks": "attention sinks",
+}
+"""Keyword arguments transformers' models pass to an attention function for features the kernel
+lacks: refused when not None (and not 0 / False)."""
+
+
+def _refuse(what: str) -> ValueError:
+    return ValueError(f"attn_implementation={NAME!r} cannot run {what}: flashrepro's kernel "
+                      "computes causal or full softmax attention without masks, dropout or "
+                      "biases; use attn_implementation='sdpa' for this model or input")
+
+
+def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.Tensor = 0,
+         kv_offset: int = 0, mask_function: Any = causal_mask_function,
+         attention_mask: torch.Tensor | None = None, **kwargs: Any) -> None:
+    """The mask function of ``AttentionMaskInterface`` for :data:`NAME`: always None, or an error.
+
+    transformers calls it from ``create_causal_mask`` / ``create_bidirectional_mask`` with the
+    arguments of ``masking_utils.sdpa_mask``. The attention function then needs no mask: the
+    causal pattern is the kernel's ``causal`` flag.
+
+    Args:
+        batch_size, q_length, kv_length: the attention's B, L_q and L_k.
+        q_offset, kv_offset: positions of the first query and the first key (a KV cache).
+        mask_function: transformers' mask pattern; only ``causal_mask_function`` and
+            ``bidirectional_mask_function`` are accepted (sliding windows, chunked attention,
+            packed sequences and or/and masks compose other functions). Under tracing
+            (torch.compile, export) an and-composition is accepted too: transformers adds a
+            packed-sequence term there that it cannot evaluate, so packed sequences
+            (position_ids restarting within a row) are not detected under tracing; sliding
+            windows are still refused by :func:`attention_forward` (``sliding_window``).
+        attention_mask: (B, >= L_k) bool padding mask, or None. All True is no padding.
+
+    Returns:
+        None.
+
+    Raises:
+        ValueError: another mask pattern; padding (a False in ``attention_mask``); queries
+            that are not the last L_q of the keys (``q_offset + q_length != kv_offset +
+            kv_length``, e.g. a static cache's unwritten slots), where neither causal
+            alignment of the kernel is the mask transformers means.
+    """
+    # Under torch.compile / export transformers cannot check position_ids for packed sequences
+    # (masking_utils.find_packed_sequence_indices) and always and-s a packed-sequence term into
+    # the pattern; accepted there, as transformers' own flash_attention_mask ignores the pattern.
+    traced_and = is_tracing() and getattr(mask_function, "__name__", "") == "and_mask"
+    if mask_function not in (causal_mask_function, bidirectional_mask_function) and not traced_and:
+        pattern = getattr(mask_function, "__name__", mask_function)
+        raise _refuse("this mask pattern (a sliding window, chunked attention, packed sequences "
+                      f"or a custom or/and mask: {pattern})")
+    if isinstance(q_offset, torch.Tensor):
+        if is_tracing(q_offset):
+            raise _refuse("a static cache under tracing (the query offset is a tensor)")
+        q_offset = int(q_offset)
+    if q_offset + q_length != kv_offset + kv_length:
+        raise _refuse(f"queries at positions {q_offset}..{q_offset + q_length - 1} against keys "
+                      f"at {kv_offset}..{kv_offset + kv_length - 1} (the queries must be the "
+                      "last keys; a static cache's unwritten slots are not)")
+    if attention_mask is not None:
+        padding = attention_mask[:, -kv_length:]
+        if is_tracing(padding):
+            # A data-dependent check cannot be a Python branch under torch.compile / export.
+            torch._assert_async(padding.all(), f"attn_implementation={NAME!r}: padding tokens "
+                                "in attention_mask are not supported")
+        elif padding.shape[-1] != kv_length or not bool(padding.all()):
+            raise _refuse("padding (attention_mask has False entries); pass sequences of equal "
+                          "length without padding, or attention_mask=None")
+    return None
+
+
+def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+                      value: torch.Tensor, attention_mask: torch.Tensor | None,
+                      dropout: float = 0.0, scaling: float | None = None,
+                      is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature, computed by :func:`flashrepro.attention`.
+
+    Args:
+        module: the attention layer (``is_causal``, ``num_key_value_groups`` are read).
+        query: (B, H, L_q, D) float16 or bfloat16 (any strides; usually a transposed view).
+        key, value: (B, H_kv, L_k, D), H a multiple of H_kv (GQA through ``enable_gqa``).
+        attention_mask: must be None (:func:`mask` turns padding-free masks into None; a 4-D
+            custom mask is refused).
+        dropout: must be 0 (the kernel has no dropout; transformers passes the config's
+            attention dropout only in training).
+        scaling: softmax scale; None is 1/sqrt(D).
+        is_causal: overrides ``module.is_causal`` (default True), as in
+            ``sdpa_attention_forward``; causal only when L_q > 1. With L_k > L_q (a KV cache)
+            the mask is aligned to the last key (``causal_alignment='bottom_right'``), which is
+            what transformers' causal mask means when the queries are the last tokens.
+        **kwargs: the model's other arguments; ``softcap``, ``sliding_window``,
+            ``position_bias``, ``s_aux``/``sinks`` and ``output_attentions`` must be unset.
+
+    Returns:
+        (attn_output, None): attn_output (B, L_q, H, D), contiguous, query's dtype.
+
+    Raises:
+        ValueError: an attention mask, dropout > 0, one of the unsupported kwargs set, and
+            every error of :func:`flashrepro.attention` (e.g. a tensor that requires grad
+            while autograd is on: the kernel is forward-only).
+    """
+    if attention_mask is not None:
+        raise _refuse(f"an explicit attention mask (shape {tuple(attention_mask.shape)})")
+    if dropout:
+        raise _refuse(f"attention dropout (dropout={dropout})")
+    for name, what in _UNSUPPORTED_KWARGS.items():
+        value_set = kwargs.get(name)
+        if value_set is not None and value_set is not False and not (
+                isinstance(value_set, (int, float)) and value_set == 0):
+            raise _refuse(f"{what} ({name}={value_set!r})")
+    if kwargs.get("output_attentions", False):
+        raise _refuse("output_attentions=True (the kernel never forms the attention weights)")
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = query.shape[2] > 1 and bool(causal)
+    out = flashrepro.attention(query, key, value, causal=causal, scale=scaling,
+                               enable_gqa=key.shape[1] != query.shape[1],
+                               causal_alignment="bottom_right")
+    return out.transpose(1, 2).contiguous(), None
+
+
+def register() -> None:
+    """Register :func:`attention_forward` and :func:`mask` under :data:`NAME` (idempotent)."""
+    AttentionInterface.register(NAME, attention_forward)
+    AttentionMaskInterface.register(NAME, mask)
+
+
+register()

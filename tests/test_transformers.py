@@ -1,0 +1,222 @@
+"""``attn_implementation="frepro"`` in transformers: logits against SDPA, GQA without copies,
+and the clear refusals of what the kernel cannot do.
+
+Models are built from ``Qwen3Config`` in code with random weights (nothing is downloaded). Each
+test draws a fresh seed (printed in failures). Logits tolerance: the fp16/bf16 model through
+flashrepro must be as close to a float32 run of the same weights (eager attention, float32
+matmuls) as the same half-precision model through SDPA is, within a factor 2, plus one unit of
+rounding of the half dtype at the logits' scale (eps · max|ref|; bf16 eps 2^-7, fp16 2^-10).
+SDPA's own error is the bf16/fp16 noise floor of the whole network (GEMMs, norms, RoPE in half
+precision); a wrong mask, GQA mapping or scale gives errors of the order of the logits.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+import flashrepro  # noqa: E402
+from flashrepro.integrations import transformers as fr_tf  # noqa: E402
+
+Qwen3Config = transformers.Qwen3Config
+Qwen3ForCausalLM = transformers.Qwen3ForCausalLM
+
+
+def fresh_seed() -> int:
+    return random.SystemRandom().randrange(2**31)
+
+
+def small_config(**overrides: object) -> transformers.Qwen3Config:
+    """A small Qwen3: GQA 4/2, head_dim 128, 2 layers, vocab 512."""
+    kwargs = {"vocab_size": 512, "hidden_size": 256, "intermediate_size": 512,
+              "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 128, "max_position_embeddings": 1024}
+    kwargs.update(overrides)
+    return Qwen3Config(**kwargs)
+
+
+def build(config: transformers.Qwen3Config, seed: int, device: torch.device,
+          impl: str) -> transformers.Qwen3ForCausalLM:
+    torch.manual_seed(seed)
+    model = Qwen3ForCausalLM(config).to(device).eval()
+    model.set_attn_implementation(impl)
+    # Random weights large enough that attention is not near-uniform (std 0.02 default).
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.ndim == 2:
+                p.normal_(0.0, 0.05)
+    return model
+
+
+def logits_of(model: torch.nn.Module, impl: str, dtype: torch.dtype,
+              ids: torch.Tensor) -> torch.Tensor:
+    model.set_attn_implementation(impl)
+    model.to(dtype)
+    with torch.inference_mode():
+        return model(ids, use_cache=False).logits.float()
+
+
+def compare(device: torch.device, dtype: torch.dtype, batch: int, seqlen: int) -> None:
+    seed = fresh_seed()
+    config = small_config()
+    model = build(config, seed, device, "eager")
+    ids = torch.randint(0, config.vocab_size, (batch, seqlen), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    ref = logits_of(model, "eager", torch.float32, ids)
+    sdpa = logits_of(model, "sdpa", dtype, ids)
+    model.to(torch.float32)
+    ours = logits_of(model, fr_tf.NAME, dtype, ids)
+    assert torch.isfinite(ours).all(), f"seed {seed}"
+    err_ours = (ours - ref).abs().max().item()
+    err_sdpa = (sdpa - ref).abs().max().item()
+    bound = 2 * err_sdpa + torch.finfo(dtype).eps * ref.abs().max().item()
+    assert err_ours <= bound, (f"seed {seed}: max|flashrepro - fp32| = {err_ours:.4g} > "
+                               f"2·max|sdpa - fp32| + eps·max|ref| = {bound:.4g}")
+
+
+def test_registered_on_import_and_idempotent() -> None:
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface
+    fr_tf.register()
+    fr_tf.register()
+    assert AttentionInterface._global_mapping[fr_tf.NAME] is fr_tf.attention_forward
+    assert AttentionMaskInterface._global_mapping[fr_tf.NAME] is fr_tf.mask
+
+
+def test_logits_match_sdpa_fp16_interpreter(device: torch.device) -> None:
+    """Tiny fp16 case; on the CPU the kernel runs under Triton's interpreter."""
+    compare(device, torch.float16, batch=2, seqlen=48)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("batch,seqlen", [(2, 256), (1, 1000)])
+def test_logits_match_sdpa_bf16_gpu(batch: int, seqlen: int) -> None:
+    compare(torch.device("cuda"), torch.bfloat16, batch, seqlen)
+
+
+def test_gqa_without_repeat_kv(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys reach the kernel with H_kv heads and enable_gqa=True; the output is (B, L, H, D)."""
+    seen: list[tuple[int, int, bool, bool, str]] = []
+    real = flashrepro.attention
+
+    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: object) -> torch.Tensor:
+        seen.append((q.shape[1], k.shape[1], kw["enable_gqa"], kw["causal"],
+                     kw["causal_alignment"]))
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(flashrepro, "attention", spy)
+    config = small_config(num_hidden_layers=1)
+    model = build(config, fresh_seed(), device, fr_tf.NAME).half()
+    with torch.inference_mode():
+        out = model(torch.randint(0, 512, (1, 40), device=device), use_cache=False)
+    assert out.logits.shape == (1, 40, 512)
+    assert seen == [(4, 2, True, True, "bottom_right")]
+
+
+def test_decode_with_cache_matches_sdpa(device: torch.device) -> None:
+    """Prefill then one decode step through a DynamicCache (L_q = 1 < L_k)."""
+    seed = fresh_seed()
+    config = small_config()
+    model = build(config, seed, device, "sdpa").half()
+    ids = torch.randint(0, 512, (1, 33), device=device)
+    outs = {}
+    for impl in ("sdpa", fr_tf.NAME):
+        model.set_attn_implementation(impl)
+        with torch.inference_mode():
+            first = model(ids[:, :32], use_cache=True)
+            step = model(ids[:, 32:], past_key_values=first.past_key_values, use_cache=True)
+        outs[impl] = torch.cat([first.logits, step.logits], dim=1).float()
+    model.set_attn_implementation("eager")
+    with torch.inference_mode():
+        ref = model.float()(ids, use_cache=False).logits.float()
+    err_ours = (outs[fr_tf.NAME] - ref).abs().max().item()
+    err_sdpa = (outs["sdpa"] - ref).abs().max().item()
+    bound = 2 * err_sdpa + torch.finfo(torch.float16).eps * ref.abs().max().item()
+    assert err_ours <= bound, f"seed {seed}: {err_ours:.4g} > {bound:.4g}"
+
+
+def test_padding_is_refused(device: torch.device) -> None:
+    model = build(small_config(num_hidden_layers=1), fresh_seed(), device, fr_tf.NAME).half()
+    ids = torch.randint(0, 512, (2, 16), device=device)
+    mask = torch.ones(2, 16, dtype=torch.long, device=device)
+    with torch.inference_mode():
+        model(ids, attention_mask=mask, use_cache=False)  # all ones: no padding, accepted
+        mask[1, :4] = 0
+        with pytest.raises(ValueError, match="padding"):
+            model(ids, attention_mask=mask, use_cache=False)
+
+
+def test_sliding_window_is_refused(device: torch.device) -> None:
+    config = small_config(num_hidden_layers=1, use_sliding_window=True, sliding_window=8,
+                          max_window_layers=0, layer_types=["sliding_attention"])
+    model = build(config, fresh_seed(), device, fr_tf.NAME).half()
+    with torch.inference_mode(), pytest.raises(ValueError, match="sliding window"):
+        model(torch.randint(0, 512, (1, 16), device=device), use_cache=False)
+
+
+def test_dropout_in_training_is_refused(device: torch.device) -> None:
+    model = build(small_config(num_hidden_layers=1, attention_dropout=0.1), fresh_seed(), device,
+                  fr_tf.NAME).half().train()
+    with torch.no_grad(), pytest.raises(ValueError, match="dropout"):
+        model(torch.randint(0, 512, (1, 16), device=device), use_cache=False)
+
+
+def test_grad_is_refused(device: torch.device) -> None:
+    model = build(small_config(num_hidden_layers=1), fresh_seed(), device, fr_tf.NAME).half()
+    with pytest.raises(ValueError, match="requires grad"):
+        model(torch.randint(0, 512, (1, 16), device=device), use_cache=False)
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"softcap": 30.0}, "soft-capping"),
+    ({"sliding_window": 128}, "sliding window"),
+    ({"s_aux": torch.zeros(4)}, "sinks"),
+    ({"output_attentions": True}, "output_attentions"),
+])
+def test_unsupported_kwargs_are_refused(kwargs: dict, match: str) -> None:
+    q = torch.zeros(1, 4, 8, 16, dtype=torch.float16)
+    k = torch.zeros(1, 2, 8, 16, dtype=torch.float16)
+    module = torch.nn.Module()
+    with pytest.raises(ValueError, match=match):
+        fr_tf.attention_forward(module, q, k, k, None, **kwargs)
+
+
+def test_explicit_4d_mask_is_refused() -> None:
+    q = torch.zeros(1, 4, 8, 16, dtype=torch.float16)
+    k = torch.zeros(1, 2, 8, 16, dtype=torch.float16)
+    with pytest.raises(ValueError, match="explicit attention mask"):
+        fr_tf.attention_forward(torch.nn.Module(), q, k, k, torch.zeros(1, 1, 8, 8))
+
+
+def test_static_cache_offsets_are_refused() -> None:
+    with pytest.raises(ValueError, match="last keys"):
+        fr_tf.mask(1, q_length=8, kv_length=64, q_offset=0, kv_offset=0)
+    assert fr_tf.mask(1, q_length=1, kv_length=9, q_offset=8, kv_offset=0) is None
+
+
+def test_integration_traces_fullgraph(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The integration's own code (mask function, checks, layout) has no graph break under
+    ``torch.compile(fullgraph=True)``. The kernel call is replaced by SDPA here (backend
+    "eager": dynamo only): whether ``flashrepro.attention`` itself traces is the torch op's
+    test."""
+    def stand_in(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                 scale: float | None, enable_gqa: bool, causal_alignment: str) -> torch.Tensor:
+        assert causal_alignment == "bottom_right" and q.shape[2] == k.shape[2]
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, scale=scale, enable_gqa=enable_gqa)
+
+    monkeypatch.setattr(flashrepro, "attention", stand_in)
+    torch._dynamo.reset()
+    model = build(small_config(), fresh_seed(), torch.device("cpu"), fr_tf.NAME)
+    ids = torch.randint(0, 512, (2, 24))
+    compiled = torch.compile(lambda x: model(x, use_cache=False).logits, fullgraph=True,
+                             backend="eager")
+    with torch.inference_mode():
+        got = compiled(ids)
+        model.set_attn_implementation("sdpa")
+        want = model(ids, use_cache=False).logits
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
