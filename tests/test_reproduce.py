@@ -199,3 +199,27 @@ def test_best_peer_is_the_fastest_of_cudnn_and_the_peers() -> None:
                      strict=True))
     assert float(cells["flashrepro / best peer (time)"]) == pytest.approx(1.25)
     assert cells["best peer"] == "fa4-cute"
+
+
+def test_tune_table_has_the_peer_row_that_never_wins(
+        cpu_measure: dict[str, list[float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """tune times the peer in the candidates' rounds as a row ``peer fa4-cute`` (its error
+    checked) that cannot win, even when it is the fastest; without FA4 the row says why."""
+    from flashrepro.bench import tune
+
+    def fake_rounds(fns, rounds, calls_per_round):  # the peer fastest, then the candidates
+        return {n: [5.0 if n.startswith("peer") else 10.0 + i] * rounds
+                for i, n in enumerate(fns)}
+
+    monkeypatch.setattr(tune, "interleaved_rounds", fake_rounds)
+    pool = [ARTICLE]
+    _stub_fa4(monkeypatch)
+    cfg, rows = tune.best_config(PROBLEM, rounds=2, calls=1, pool=pool)
+    assert cfg == ARTICLE
+    peer = {r[0]: r for r in rows}["peer fa4-cute"]
+    assert peer[1] == "5.0" and "(B, L, H, D) contiguous" in peer[2]
+    assert float(peer[2].split("max err ")[1]) < 2e-3
+    _no_flash_attn(monkeypatch)
+    _, rows = tune.best_config(PROBLEM, rounds=2, calls=1, pool=pool)
+    peer = {r[0]: r for r in rows}["peer fa4-cute"]
+    assert peer[1] == "n/a" and peer[2].startswith("skipped: flash_attn.cute")
