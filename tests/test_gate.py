@@ -730,3 +730,45 @@ def test_the_baseline_path_is_shown_relative_to_the_checkout(tmp_path: Path) -> 
     inside = dataclasses.replace(outside, baseline_path=BASELINE_DIR / "gpu" / "p.json")
     assert inside.as_dict()["baseline"] == "reproduce/baselines/gpu/p.json"
     assert "`reproduce/baselines/gpu/p.json`" in inside.markdown
+
+
+def _with_host(results: dict, host_us: dict[str, float]) -> dict:
+    """``results`` with ``host_us`` (and ``eager_us`` = host + 20) on the named records."""
+    out = json.loads(json.dumps(results))
+    for rec in out["records"]:
+        if rec["name"] in host_us:
+            rec["host_us"], rec["eager_us"] = host_us[rec["name"]], host_us[rec["name"]] + 20
+    return out
+
+
+@pytest.mark.parametrize(("base_us", "cur_us", "warns"), [
+    (15.0, 40.0, True),    # 2.7x and +25 µs: both limits passed
+    (4.0, 12.0, False),    # 3x but only +8 µs: jitter on a fast call
+    (100.0, 190.0, False),  # +90 µs but under 2x
+    (15.0, 15.5, False),
+])
+def test_host_cost_is_shown_and_only_warns_past_both_limits(
+        tmp_path: Path, base_us: float, cur_us: float, warns: bool) -> None:
+    """Host µs never gate: the verdict passes either way; it warns only when the run's host
+    µs is more than 2x the baseline's and more than 10 µs above it (docs/gate.md)."""
+    base = _with_host(_run(0), {"flashrepro": base_us, "torch-flash": 30.0})
+    update_baseline(base, tmp_path)
+    verdict = check(_with_host(_run(1), {"flashrepro": cur_us, "torch-flash": 30.0}), tmp_path)
+    assert verdict.exit_code == ExitCode.PASS
+    rows = {r["record"]: r for r in verdict.host_cost}
+    assert rows["flashrepro"] == {"record": "flashrepro", "host_us": cur_us,
+                                  "eager_us": cur_us + 20, "baseline_host_us": base_us,
+                                  "baseline_eager_us": base_us + 20}
+    host_warnings = [w for w in verdict.warnings if "host" in w and "flashrepro:" in w]
+    assert bool(host_warnings) == warns, verdict.warnings
+    text = verdict.markdown
+    assert "Host cost per call" in text and f"{cur_us:.1f}" in text
+    assert json.loads(json.dumps(verdict.as_dict()))["host_cost"] == verdict.host_cost
+
+
+def test_host_cost_shown_without_a_baseline(tmp_path: Path) -> None:
+    verdict = check(_with_host(_run(0), {"flashrepro": 12.0}), tmp_path)
+    assert verdict.exit_code == ExitCode.NO_BASELINE
+    assert verdict.host_cost == [{"record": "flashrepro", "host_us": 12.0, "eager_us": 32.0,
+                                  "baseline_host_us": None, "baseline_eager_us": None}]
+    assert "Host cost per call" in verdict.markdown

@@ -6,10 +6,14 @@ check; only the GPU timer is replaced by synthetic per-round times, since the CP
 
 from __future__ import annotations
 
+import sys
+import types
+
 import pytest
 import torch
 
 from flashrepro.bench import kernels as K
+from flashrepro.bench import peers, sweep
 from flashrepro.bench import reproduce as R
 from flashrepro.bench.problem import Problem
 from flashrepro.configs import ARTICLE, P_IN_REGISTERS
@@ -23,14 +27,21 @@ PROBLEM = Problem(batch=1, heads=2, seqlen_q=64, seqlen_k=64, head_dim=16, dtype
 
 @pytest.fixture
 def cpu_measure(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[float]]:
-    """Inputs on the CPU, no CUDA synchronisation, the mma.sync arch, and a timer that gives
-    kernel i of each call the per-round times 10 + i + r / 10 (recorded in the returned dict)."""
+    """Inputs on the CPU, no CUDA synchronisation, the mma.sync arch, a timer that gives
+    kernel i of each call the per-round times 10 + i + r / 10, and a host timer that gives the
+    k-th call (host, eager) = (100 + k, 200 + k) µs (both recorded in the returned dict, the
+    host costs under ``"host"`` in call order)."""
     timed: dict[str, list[float]] = {}
+    host: list[tuple[float, float]] = []
 
     def fake_rounds(fns, rounds, calls_per_round):
         out = {n: [10.0 + i + r / 10 for r in range(rounds)] for i, n in enumerate(fns)}
         timed.update(out)
         return out
+
+    def fake_host(fn):
+        host.append((100.0 + len(host), 200.0 + len(host)))
+        return host[-1]
 
     inputs = Problem.inputs
     monkeypatch.setattr(Problem, "inputs",
@@ -38,6 +49,8 @@ def cpu_measure(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[float]]:
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
     monkeypatch.setattr(R, "interleaved_rounds", fake_rounds)
     monkeypatch.setattr(R, "launch_arch", lambda: 80)
+    monkeypatch.setattr(R, "host_and_eager_us", fake_host)
+    timed["host"] = host  # type: ignore[assignment]
     return timed
 
 
@@ -47,7 +60,7 @@ def test_mma_sync_child_records(cpu_measure: dict[str, list[float]]) -> None:
                                                 suffix=" (mma.sync)")}
     assert list(records) == [n + " (mma.sync)" for n in names]
     assert "skipped" in records["torch-cudnn (mma.sync)"]  # no cuDNN on the CPU
-    timed = {n + " (mma.sync)": v for n, v in cpu_measure.items()}
+    timed = {n + " (mma.sync)": v for n, v in cpu_measure.items() if n != "host"}
     ref = timed["torch-flash (mma.sync)"]
     for name, rec in records.items():
         if "skipped" in rec:
@@ -83,3 +96,130 @@ def test_summary_written_once(tmp_path, monkeypatch: pytest.MonkeyPatch, same_fi
     assert (tmp_path / "summary.md").read_text().count("# Article reproduction") == 1
     if not same_file:
         assert step.read_text() == "earlier step\n# Article reproduction\n\n"
+
+
+def test_host_cost_recorded_per_timed_kernel(cpu_measure: dict[str, list[float]]) -> None:
+    """Each timed record carries its own host and eager µs (the fake host timer's k-th value
+    for the k-th runnable kernel), a skipped one none."""
+    names = ["flashrepro", "torch-flash", "torch-cudnn"]
+    records = R.measure(PROBLEM, names, rounds=2, calls=1)
+    host = cpu_measure["host"]
+    timed = [r for r in records if "skipped" not in r]
+    assert [r["name"] for r in timed] == ["flashrepro", "torch-flash"]  # no cuDNN on the CPU
+    assert [(r["host_us"], r["eager_us"]) for r in timed] == host
+    assert "host_us" not in records[2] and "skipped" in records[2]
+
+
+def _no_flash_attn(monkeypatch: pytest.MonkeyPatch) -> None:
+    for mod in ("flash_attn", "flash_attn.cute"):
+        monkeypatch.setitem(sys.modules, mod, None)  # import raises ImportError
+
+
+def test_fa4_row_skipped_with_reason_without_flash_attn(
+        cpu_measure: dict[str, list[float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    _no_flash_attn(monkeypatch)
+    records = {r["name"]: r for r in R.measure(PROBLEM, R.KERNELS, rounds=2, calls=1)}
+    assert "fa4-cute" in R.KERNELS and "fa4-cute" in sweep.KERNELS
+    reason = records["fa4-cute"]["skipped"]
+    assert "flash_attn.cute.flash_attn_func is not available" in reason and "Error" in reason
+    assert records["fa4-cute"]["description"] == peers.PEERS["fa4-cute"].description
+    assert "median_us" in records["flashrepro"] and "ratio_vs_torch_flash" in records["flashrepro"]
+    from flashrepro.report import HEADERS, reproduce_rows
+    results = {"records": list(records.values()), "problem": PROBLEM.as_dict(),
+               "published": {"ratio_first": 2.14, "ratio_tuned": 1.12}}
+    rows = {row[0]: row for row in reproduce_rows(results)}
+    assert len(rows["fa4-cute"]) == len(HEADERS)
+    assert rows["fa4-cute"][HEADERS.index("max |err|")] == f"skipped: {reason}"
+
+
+def _stub_fa4(monkeypatch: pytest.MonkeyPatch, poison: float = 0.0) -> list[tuple]:
+    """A stand-in ``flash_attn.cute`` whose ``flash_attn_func`` takes (B, L, H, D), checks
+    that layout is contiguous, computes attention in float32 and returns (out, None) as FA4
+    does; ``poison`` is added to one element of the output. Returns the seen input shapes."""
+    seen: list[tuple] = []
+
+    def flash_attn_func(q, k, v, softmax_scale=None, causal=False):
+        assert q.is_contiguous() and k.is_contiguous() and v.is_contiguous()
+        seen.append((tuple(q.shape), causal))
+        out = torch.nn.functional.scaled_dot_product_attention(
+            q.transpose(1, 2).float(), k.transpose(1, 2).float(), v.transpose(1, 2).float(),
+            is_causal=causal, scale=softmax_scale).transpose(1, 2).contiguous()
+        out[0, -1, 0, 3] += poison
+        return out.to(q.dtype), None
+
+    cute = types.ModuleType("flash_attn.cute")
+    cute.flash_attn_func = flash_attn_func  # type: ignore[attr-defined]
+    package = types.ModuleType("flash_attn")
+    package.cute = cute  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "flash_attn", package)
+    monkeypatch.setitem(sys.modules, "flash_attn.cute", cute)
+    return seen
+
+
+@pytest.mark.parametrize("poison", [0.0, 0.25])
+def test_fa4_row_appears_where_flash_attn_cute_imports(
+        cpu_measure: dict[str, list[float]], monkeypatch: pytest.MonkeyPatch,
+        poison: float) -> None:
+    """With a stub module in place of FA4 the row is timed, fed (B, L, H, D) contiguous
+    inputs, and its error is checked on every element against the float32 reference (a
+    poisoned element shows up in max |err|)."""
+    seen = _stub_fa4(monkeypatch, poison)
+    records = {r["name"]: r for r in R.measure(PROBLEM, ["flashrepro", "torch-flash",
+                                                         "fa4-cute"], rounds=3, calls=1)}
+    rec = records["fa4-cute"]
+    assert "skipped" not in rec
+    b, h, length, d = PROBLEM.batch, PROBLEM.heads, PROBLEM.seqlen_q, PROBLEM.head_dim
+    assert seen and all(s == ((b, length, h, d), True) for s in seen)
+    assert rec["round_medians_us"] == cpu_measure["fa4-cute"]
+    assert "ratio_vs_torch_flash" in rec and "host_us" in rec and "eager_us" in rec
+    if poison:
+        assert rec["max_abs_err"] == pytest.approx(poison, abs=2e-3)
+    else:
+        assert rec["max_abs_err"] < 2e-3  # fp16 rounding of the float32 result only
+    assert "fa4-cute (B, L, H, D) contiguous" in peers.layouts_note(R.KERNELS)
+
+
+def test_best_peer_is_the_fastest_of_cudnn_and_the_peers() -> None:
+    """flashrepro's time over the fastest of cuDNN and FA4, never over torch flash; None
+    without a candidate; the sweep table shows the ratio and the peer's name."""
+    def us(**times: float) -> dict[str, dict[str, float]]:
+        return {n.replace("_", "-"): {"median_us": t, "tflops": 1e3 / t} for n, t in times.items()}
+
+    got = sweep.best_peer(us(flashrepro=30.0, torch_flash=10.0, torch_cudnn=40.0, fa4_cute=25.0))
+    assert got == {"name": "fa4-cute", "ratio": pytest.approx(30.0 / 25.0)}
+    got = sweep.best_peer(us(flashrepro=30.0, torch_cudnn=20.0, fa4_cute=25.0))
+    assert got == {"name": "torch-cudnn", "ratio": pytest.approx(1.5)}
+    assert sweep.best_peer(us(flashrepro=30.0, torch_cudnn=60.0)) == {
+        "name": "torch-cudnn", "ratio": pytest.approx(0.5)}
+    assert sweep.best_peer(us(flashrepro=30.0, torch_flash=20.0)) is None
+    point = {"problem": PROBLEM.as_dict(), "skipped": {},
+             "kernels": us(flashrepro=30.0, torch_flash=10.0, torch_cudnn=40.0, fa4_cute=24.0)}
+    head, _, row = sweep.table([point], "github").splitlines()
+    cells = dict(zip((c.strip() for c in head.split("|")), (c.strip() for c in row.split("|")),
+                     strict=True))
+    assert float(cells["flashrepro / best peer (time)"]) == pytest.approx(1.25)
+    assert cells["best peer"] == "fa4-cute"
+
+
+def test_tune_table_has_the_peer_row_that_never_wins(
+        cpu_measure: dict[str, list[float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """tune times the peer in the candidates' rounds as a row ``peer fa4-cute`` (its error
+    checked) that cannot win, even when it is the fastest; without FA4 the row says why."""
+    from flashrepro.bench import tune
+
+    def fake_rounds(fns, rounds, calls_per_round):  # the peer fastest, then the candidates
+        return {n: [5.0 if n.startswith("peer") else 10.0 + i] * rounds
+                for i, n in enumerate(fns)}
+
+    monkeypatch.setattr(tune, "interleaved_rounds", fake_rounds)
+    pool = [ARTICLE]
+    _stub_fa4(monkeypatch)
+    cfg, rows = tune.best_config(PROBLEM, rounds=2, calls=1, pool=pool)
+    assert cfg == ARTICLE
+    peer = {r[0]: r for r in rows}["peer fa4-cute"]
+    assert peer[1] == "5.0" and "(B, L, H, D) contiguous" in peer[2]
+    assert float(peer[2].split("max err ")[1]) < 2e-3
+    _no_flash_attn(monkeypatch)
+    _, rows = tune.best_config(PROBLEM, rounds=2, calls=1, pool=pool)
+    peer = {r[0]: r for r in rows}["peer fa4-cute"]
+    assert peer[1] == "n/a" and peer[2].startswith("skipped: flash_attn.cute")

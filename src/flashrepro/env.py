@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.metadata
 import os
 import platform
 import re
@@ -78,6 +79,14 @@ def nvml_clocks(index: int = 0) -> dict[str, Any]:
     return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in info.items()}
 
 
+def _version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, None when it is not installed."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
 def capture() -> dict[str, Any]:
     """Everything a result depends on besides the code: GPU, SMs, driver, CUDA, versions, date.
 
@@ -92,6 +101,7 @@ def capture() -> dict[str, Any]:
         "cuda": torch.version.cuda,
         "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
         "image_digest": os.environ.get("FLASHREPRO_IMAGE_DIGEST"),
+        "flash_attn_4": _version("flash-attn-4"),  # the fa4-cute peer (extra fa4), or None
         "gpu": None,
     }
     if torch.cuda.is_available():

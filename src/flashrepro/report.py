@@ -32,14 +32,21 @@ def caption(results: dict[str, Any]) -> str:
         f"triton {e['triton']}, {e['date']}. Timer: {m['timer']}; L2: {m['l2']}; "
         f"{m['launch']}. µs = {m['statistic']}, {m['rounds']} rounds x "
         f"{m['calls_per_round']} calls. Ratio < 1 means faster than torch flash."
+        + (f" Layouts: {m['layouts']}." if m.get("layouts") else "")
+        + (f" {m['host_us']}; {m['eager_us']}." if m.get("host_us") else "")
     )
+
+
+def _us(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
 
 
 def reproduce_rows(results: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for rec in results["records"]:
         if "skipped" in rec:
-            rows.append([rec["name"], "n/a", "", "", "", "", f"skipped: {rec['skipped']}"])
+            rows.append([rec["name"], "n/a", "", "", "", "", f"skipped: {rec['skipped']}", "",
+                         ""])
             continue
         rows.append([
             rec["name"],
@@ -49,12 +56,14 @@ def reproduce_rows(results: dict[str, Any]) -> list[list[Any]]:
             f"{rec['ratio_vs_torch_flash']:.3f}" if "ratio_vs_torch_flash" in rec else "",
             _published(rec, results),
             f"{rec['max_abs_err']:.1e}",
+            _us(rec.get("host_us")),
+            _us(rec.get("eager_us")),
         ])
     return rows
 
 
 HEADERS = ["kernel", "µs (median)", "IQR of rounds", "TFLOP/s", "vs torch flash",
-           "article's ratio", "max |err|"]
+           "article's ratio", "max |err|", "host µs/call", "eager µs/call"]
 
 
 def reproduce_table(results: dict[str, Any]) -> str:
@@ -69,7 +78,9 @@ def reproduce_markdown(results: dict[str, Any], sass_text: str | None = None) ->
              f"'article's ratio': {PUBLISHED_NOTE}. Compare it with the `(mma.sync)` rows, "
              "which run the same instruction path as the article's GPU. `(non-causal)` rows: "
              "the same problem without the causal mask, timed in rounds of their own (TFLOP/s "
-             "count all 4·B·H·Lq·Lk·D FLOPs there).", ""]
+             "count all 4·B·H·Lq·Lk·D FLOPs there). 'host µs/call': the CPU time to issue one call "
+             "with the GPU kept busy; 'eager µs/call': calls back to back with no busy-wait, "
+             "which equals the kernel time when the call is device-bound (method above).", ""]
     if sass_text:
         parts += ["## SASS instruction counts", "", sass_text, ""]
     return "\n".join(parts)

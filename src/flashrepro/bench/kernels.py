@@ -1,4 +1,5 @@
-"""The kernels a benchmark compares, by name: flashrepro's and torch SDPA's backends.
+"""The kernels a benchmark compares, by name: flashrepro's, torch SDPA's backends and the
+optional peers of :mod:`flashrepro.bench.peers` (FA4's CuTe kernel, where it imports).
 
 Each entry builds a zero-argument callable over fixed inputs, so the timer sees only the call.
 Torch's backends are forced one at a time with ``torch.nn.attention.sdpa_kernel``: on an H200,
@@ -15,6 +16,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 import flashrepro
 from flashrepro import configs
+from flashrepro.bench import peers
 from flashrepro.configs import ARTICLE, KernelConfig
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -45,12 +47,19 @@ DESCRIPTIONS = {
     "torch-flash": "torch SDPA, flash backend (FlashAttention-2)",
     "torch-cudnn": "torch SDPA, cuDNN backend",
     "torch-efficient": "torch SDPA, memory-efficient backend",
+    **{name: peer.description for name, peer in peers.PEERS.items()},
 }
+BEST_PEER_CANDIDATES = ("torch-cudnn", *peers.PEERS)
+"""The kernels flashrepro's time is held against as "the best peer" (issue 21): cuDNN and every
+optional peer, where they run."""
 
 
 def make_call(name: str, inputs: Inputs, causal: bool,
               config: KernelConfig | None = None) -> Callable[[], torch.Tensor]:
     """A callable running kernel ``name`` on ``inputs`` (q, k, v), each (B, H, L, D).
+
+    A peer (:data:`flashrepro.bench.peers.PEERS`) gets its inputs converted to its native
+    layout here, once; its call returns what the library returns (see :func:`output`).
 
     Args:
         name: a key of :data:`DESCRIPTIONS`.
@@ -60,7 +69,10 @@ def make_call(name: str, inputs: Inputs, causal: bool,
 
     Raises:
         KeyError: unknown ``name``.
+        ImportError: a peer whose module does not import.
     """
+    if name in peers.PEERS:
+        return peers.make_call(name, inputs, causal)
     q, k, v = inputs
     out = torch.empty_like(q)
     if name == "flashrepro":
@@ -78,11 +90,29 @@ def make_call(name: str, inputs: Inputs, causal: bool,
     return call
 
 
+def output(name: str, result: object) -> torch.Tensor:
+    """The output of a call of kernel ``name`` (what :func:`make_call`'s call returned) as a
+    (B, H, L, D) tensor or view, for checking it like flashrepro's."""
+    if name in peers.PEERS:
+        return peers.PEERS[name].to_bhld(result)
+    assert isinstance(result, torch.Tensor)
+    return result
+
+
 def available(name: str, inputs: Inputs, causal: bool) -> str | None:
-    """None if kernel ``name`` runs on these inputs here, else the reason (one line)."""
+    """None if kernel ``name`` runs on these inputs here, else the reason (one line).
+
+    A peer is unavailable when its module does not import, or when its call raises anything
+    (FA4 asserts on architectures and shapes it does not support); flashrepro's and torch's
+    kernels when the call raises a RuntimeError (any other error is a bug, and propagates).
+    """
+    if name in peers.PEERS and (reason := peers.import_error(name)):
+        return reason
+    errors = Exception if name in peers.PEERS else RuntimeError
     try:
         make_call(name, inputs, causal)()
         torch.cuda.synchronize()
-    except RuntimeError as exc:
-        return str(exc).splitlines()[0]
+    except errors as exc:
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        return f"{type(exc).__name__}: {text}" if name in peers.PEERS else text
     return None

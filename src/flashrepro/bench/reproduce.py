@@ -1,12 +1,14 @@
 """``python -m flashrepro reproduce``: the article run.
 
-On a CUDA GPU: checks every kernel's output against a float32 reference, times flashrepro and
-torch SDPA's flash, cuDNN and efficient backends at the article config in interleaved rounds
-(:mod:`flashrepro.bench.timing`), then the same kernels on the article problem without the causal
-mask (records suffixed `` (non-causal)``, issue 7's second target), optionally repeats the
-flashrepro rows on the mma.sync path (``DISABLE_MMA_V3=1``, in a child process: Triton reads it
-at compile time), and writes
-``reproduce.json`` and ``reproduce.md`` under ``reproduce/results/<gpu-key>/``. Everywhere: the
+On a CUDA GPU: checks every kernel's output against a float32 reference, times flashrepro,
+torch SDPA's flash, cuDNN and efficient backends and the optional peers
+(:mod:`flashrepro.bench.peers`: FA4's CuTe kernel where it imports, a skipped row elsewhere) at
+the article config in interleaved rounds (:mod:`flashrepro.bench.timing`), records each one's
+host µs and eager back-to-back µs per call, then the same kernels on the article problem
+without the causal mask (records suffixed `` (non-causal)``, issue 7's second target),
+optionally repeats the flashrepro rows on the mma.sync path (``DISABLE_MMA_V3=1``, in a child
+process: Triton reads it at compile time), and writes ``reproduce.json`` and ``reproduce.md``
+under ``reproduce/results/<gpu-key>/``. Everywhere: the
 SASS table. Without a GPU the timing part is one line, never a traceback.
 """
 
@@ -27,8 +29,17 @@ import torch
 
 from flashrepro import env
 from flashrepro.bench import kernels as K
+from flashrepro.bench import peers
 from flashrepro.bench.problem import Problem, load_article
-from flashrepro.bench.timing import SLEEP_CYCLES, Summary, busy_wait_us, interleaved_rounds
+from flashrepro.bench.timing import (
+    EAGER_METHOD,
+    HOST_METHOD,
+    SLEEP_CYCLES,
+    Summary,
+    busy_wait_us,
+    host_and_eager_us,
+    interleaved_rounds,
+)
 from flashrepro.configs import MMA_V3_ARCHS, default_config, launch_arch
 from flashrepro.report import reproduce_markdown, reproduce_table, write_summary
 
@@ -37,6 +48,8 @@ RESULTS_DIR = env.REPO_ROOT / "reproduce" / "results"
 BASELINE_DIR = env.REPO_ROOT / "reproduce" / "baselines"
 NON_CAUSAL = " (non-causal)"
 """Suffix of the records timed on the article problem without its causal mask."""
+KERNELS = [*K.FLASHREPRO, *K.TORCH_BACKENDS, *peers.PEERS]
+"""The rows of the main table (and of its non-causal twin)."""
 
 
 def results_dir(out: Path | None, gpu_key: str) -> Path:
@@ -49,12 +62,20 @@ def results_dir(out: Path | None, gpu_key: str) -> Path:
 
 
 def check_outputs(problem: Problem, names: list[str], inputs: K.Inputs) -> dict[str, float]:
-    """Max |o - ref| of each kernel against a float32 reference on the timing inputs."""
+    """Max |o - ref| of each kernel against a float32 reference on the timing inputs; a peer's
+    output is viewed back as (B, H, L, D) (:func:`flashrepro.bench.kernels.output`) and checked
+    element for element the same way."""
     q, k, v = inputs
     ref = torch.nn.functional.scaled_dot_product_attention(
         q.float(), k.float(), v.float(), is_causal=problem.causal)
-    return {name: (K.make_call(name, inputs, problem.causal)().float() - ref).abs().max().item()
-            for name in names}
+    errors = {}
+    for name in names:
+        out = K.output(name, K.make_call(name, inputs, problem.causal)())
+        if out.shape != ref.shape:
+            raise RuntimeError(f"{name} returned shape {tuple(out.shape)}, expected "
+                               f"{tuple(ref.shape)} (B, H, L, D)")
+        errors[name] = (out.float() - ref).abs().max().item()
+    return errors
 
 
 def measure(problem: Problem, names: list[str], rounds: int, calls: int,
@@ -62,8 +83,9 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
     """Time ``names`` on ``problem`` in interleaved rounds; one record per kernel.
 
     Returns records with per-round medians (µs), their summary, TFLOP/s of the median, the
-    ratio to ``torch-flash`` (median of per-round ratios), the max error vs float32 and
-    ``causal`` (the mask of ``problem``); names get ``suffix``.
+    ratio to ``torch-flash`` (median of per-round ratios), the max error vs float32,
+    ``host_us`` and ``eager_us`` (µs per call, :func:`flashrepro.bench.timing.host_and_eager_us`)
+    and ``causal`` (the mask of ``problem``); names get ``suffix``.
     Kernels that cannot run here (e.g. a torch backend unsupported on this GPU) get a record
     with ``skipped`` set to the reason.
     """
@@ -73,6 +95,7 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
     errors = check_outputs(problem, runnable, inputs)
     fns = {n: K.make_call(n, inputs, problem.causal) for n in runnable}
     per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=calls)
+    host = {n: host_and_eager_us(fn) for n, fn in fns.items()}
     peer = per_round.get("torch-flash")
     records = []
     for name in names:
@@ -86,6 +109,7 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
         rec["round_medians_us"] = per_round[name]
         rec["tflops"] = problem.flops() / (summary.median_us * 1e-6) / 1e12
         rec["max_abs_err"] = errors[name]
+        rec["host_us"], rec["eager_us"] = host[name]
         if peer is not None:
             ratios = [a / b for a, b in zip(per_round[name], peer, strict=True)]
             rec["ratio_vs_torch_flash"] = statistics.median(ratios)
@@ -154,11 +178,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     environment = env.capture()
     clocks_before = env.nvml_clocks()
-    records = measure(problem, [*K.FLASHREPRO, *K.TORCH_BACKENDS], args.rounds, args.calls)
+    records = measure(problem, KERNELS, args.rounds, args.calls)
     if problem.causal:
-        records += measure(dataclasses.replace(problem, causal=False),
-                           [*K.FLASHREPRO, *K.TORCH_BACKENDS], args.rounds, args.calls,
-                           suffix=NON_CAUSAL)
+        records += measure(dataclasses.replace(problem, causal=False), KERNELS, args.rounds,
+                           args.calls, suffix=NON_CAUSAL)
     if not args.no_mma_sync and launch_arch() in MMA_V3_ARCHS:  # Hopper: wgmma unless disabled
         records += _mma_sync_records(args)
     results = {
@@ -178,6 +201,9 @@ def run(args: argparse.Namespace) -> int:
             "statistic": "median of per-round medians; ratio = median of per-round ratios",
             "rounds": args.rounds,
             "calls_per_round": args.calls,
+            "layouts": peers.layouts_note(KERNELS),
+            "host_us": HOST_METHOD,
+            "eager_us": EAGER_METHOD,
         },
         "records": records,
     }

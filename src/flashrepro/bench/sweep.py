@@ -2,10 +2,13 @@
 
 Every point has H = 16 and B·L = ``--tokens`` tokens, 16384 by default (the shape of the cuDNN
 figures in issue 7); B is at least 1.
-Each point times flashrepro (its per-arch default config), torch flash and torch cuDNN in
-interleaved rounds (:mod:`flashrepro.bench.timing`) and reports TFLOP/s of the medians.
+Each point times flashrepro (its per-arch default config), torch flash, torch cuDNN and the
+optional peers (:mod:`flashrepro.bench.peers`, FA4's CuTe kernel where it imports) in
+interleaved rounds (:mod:`flashrepro.bench.timing`) and reports TFLOP/s of the medians and
+flashrepro's time over the best peer's (the fastest of cuDNN and the peers that ran).
 Outputs under ``reproduce/results/<gpu-key>/``: ``bench.json``, ``bench.md`` (tabulate) and
-``bench.png`` (matplotlib: TFLOP/s vs L, one line per kernel, one panel per D x causal x dtype).
+``bench.png`` (matplotlib: TFLOP/s vs L, one line per kernel, one panel per D x causal x dtype,
+and flashrepro / best peer on each panel's right axis).
 """
 
 from __future__ import annotations
@@ -22,11 +25,12 @@ from tabulate import tabulate
 
 from flashrepro import env
 from flashrepro.bench import kernels as K
+from flashrepro.bench import peers
 from flashrepro.bench.problem import Problem, add_grid_arguments
 from flashrepro.bench.reproduce import SCHEMA, results_dir
 from flashrepro.bench.timing import interleaved_rounds
 
-KERNELS = ["flashrepro", "torch-flash", "torch-cudnn"]
+KERNELS = ["flashrepro", "torch-flash", "torch-cudnn", *peers.PEERS]
 
 
 def sweep_problems(lengths: list[int], head_dims: list[int], dtypes: list[str],
@@ -49,21 +53,41 @@ def measure_point(problem: Problem, rounds: int, calls: int) -> dict[str, Any]:
         us = statistics.median(samples)
         point["kernels"][name] = {"median_us": us, "round_medians_us": samples,
                                   "tflops": problem.flops() / (us * 1e-6) / 1e12}
+    point["best_peer"] = best_peer(point["kernels"])
     return point
 
 
+def best_peer(kernels: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The fastest of :data:`flashrepro.bench.kernels.BEST_PEER_CANDIDATES` that ran, and
+    flashrepro's time over its time (median µs over median µs: > 1 means flashrepro is
+    behind); None when flashrepro or every candidate is missing.
+
+    Args:
+        kernels: a point's ``kernels``: name -> {"median_us": µs, ...}.
+    """
+    ran = [n for n in K.BEST_PEER_CANDIDATES if n in kernels]
+    if "flashrepro" not in kernels or not ran:
+        return None
+    name = min(ran, key=lambda n: kernels[n]["median_us"])
+    return {"name": name,
+            "ratio": kernels["flashrepro"]["median_us"] / kernels[name]["median_us"]}
+
+
 def table(points: list[dict[str, Any]], fmt: str) -> str:
-    """One row per point: TFLOP/s per kernel and flashrepro's ratio to cuDNN's TFLOP/s."""
+    """One row per point: TFLOP/s per kernel, flashrepro's ratio to cuDNN's TFLOP/s, and
+    flashrepro's time over the best peer's (:func:`best_peer`) with that peer's name."""
     rows = []
     for pt in points:
         p, ks = pt["problem"], pt["kernels"]
         tf = {n: ks[n]["tflops"] if n in ks else None for n in KERNELS}
         gap = (f"{tf['flashrepro'] / tf['torch-cudnn']:.2f}"
                if tf["flashrepro"] and tf["torch-cudnn"] else "n/a")
+        best = best_peer(ks)
         rows.append([p["dtype"], p["head_dim"], "yes" if p["causal"] else "no", p["seqlen_q"],
-                     p["batch"], *(f"{v:.0f}" if v else "n/a" for v in tf.values()), gap])
+                     p["batch"], *(f"{v:.0f}" if v else "n/a" for v in tf.values()), gap,
+                     f"{best['ratio']:.3f}" if best else "n/a", best["name"] if best else ""])
     headers = ["dtype", "D", "causal", "L", "B", *(f"{n} TFLOP/s" for n in KERNELS),
-               "flashrepro / cuDNN"]
+               "flashrepro / cuDNN (TFLOP/s)", "flashrepro / best peer (time)", "best peer"]
     return tabulate(rows, headers, tablefmt=fmt)
 
 
@@ -86,6 +110,16 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
             xs = [p["problem"]["seqlen_q"] for p in sel if name in p["kernels"]]
             ys = [p["kernels"][name]["tflops"] for p in sel if name in p["kernels"]]
             ax.plot(xs, ys, marker="o", label=name)
+        ratios = [(p["problem"]["seqlen_q"], p["best_peer"]["ratio"]) for p in sel
+                  if p.get("best_peer")]
+        if ratios:
+            twin = ax.twinx()
+            twin.plot(*zip(*ratios, strict=True), color="black", linestyle="--", marker="x",
+                      label="flashrepro / best peer (time, right axis)")
+            twin.axhline(1.0, color="grey", linewidth=0.8)
+            twin.set_ylabel("flashrepro / best peer (time)", fontsize=8)
+            if ax is axes.flat[0]:
+                twin.legend(fontsize=7, loc="lower right")
         ax.set_xscale("log", base=2)
         ax.set_title(f"{dtype} D={d} {'causal' if causal else 'non-causal'}", fontsize=9)
         ax.set_xlabel("L (tokens per sequence)")
@@ -119,6 +153,9 @@ def run(args: argparse.Namespace) -> int:
               for p in sweep_problems(args.lengths, args.head_dims, args.dtypes, args.tokens)]
     results = {"schema": SCHEMA, "kind": "bench", "env": environment,
                "method": {"timer": "cuda-events per call, L2 flushed", "rounds": args.rounds,
+                          "layouts": peers.layouts_note(KERNELS),
+                          "best_peer": "flashrepro median µs / the smallest median µs of "
+                                       + ", ".join(K.BEST_PEER_CANDIDATES) + " (those that ran)",
                           "calls_per_round": args.calls,
                           "statistic": "median of per-round medians",
                           "flops": "4·B·H·L²·D, halved when causal", "tokens": args.tokens},
@@ -140,4 +177,6 @@ def caption(environment: dict[str, Any], tokens: int) -> str:
     gpu = environment["gpu"]
     return (f"{gpu['name']}, driver {gpu.get('driver', '?')}, torch {environment['torch']}, "
             f"triton {environment['triton']}, {environment['date']}; H=16, B·L={tokens} "
-            "(B at least 1); CUDA events, L2 flushed, median of per-round medians.")
+            "(B at least 1); CUDA events, L2 flushed, median of per-round medians; "
+            f"{peers.layouts_note(KERNELS)}; best peer: the fastest of "
+            f"{', '.join(K.BEST_PEER_CANDIDATES)} that ran.")

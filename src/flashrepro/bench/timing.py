@@ -18,6 +18,13 @@ Kernels are compared in interleaved rounds (:func:`interleaved_rounds`): every r
 kernel once in turn (the order rotates between rounds) so that clock or thermal drift affects all
 kernels alike; a round's value for a kernel is the median of its calls in that round.
 
+Host cost (:func:`host_and_eager_us`, issue 20): ``host`` is the CPU time to issue one call
+(``perf_counter_ns`` around the call alone) with a busy-wait queued before each call, so the GPU
+is always busy and the launch queue never blocks the host; ``eager`` is the wall time per call of
+``calls`` calls back to back with no busy-wait and no flush, synchronised once at the end, as a
+user's eager program runs them: a device-bound call shows its kernel time (inputs hot in L2),
+a host-bound one its host time. Both are medians over ``repeats``.
+
 Method (``graph``): ``calls`` launches captured in one CUDA graph and replayed; per-call time is
 the replay time / calls. No L2 flush (inputs stay hot), no launch gaps; used to measure the
 spread of the events method, not for reported numbers.
@@ -166,6 +173,84 @@ def time_calls_and_host(fn: Callable[[], object], calls: int, warmup: int = 3,
     torch.cuda.synchronize()
     return ([1e3 * s.elapsed_time(e) for s, e in zip(starts, ends, strict=True)],
             [ns / 1e3 for ns in host_ns])
+
+
+def host_times(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[float]:
+    """Host µs to issue each of ``calls`` calls of ``fn`` while the GPU is kept busy.
+
+    As :func:`time_calls_and_host` without the flush and the events: a ``SLEEP_CYCLES``
+    busy-wait is queued before each call, and only the call itself is inside
+    ``perf_counter_ns``; the collector is off during the calls.
+
+    Raises:
+        RuntimeError: when no CUDA device is available.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("timing needs a CUDA GPU")
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    host_ns = []
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        for _ in range(calls):
+            torch.cuda._sleep(SLEEP_CYCLES)
+            t0 = time.perf_counter_ns()
+            fn()
+            host_ns.append(time.perf_counter_ns() - t0)
+    finally:
+        if gc_was_on:
+            gc.enable()
+    torch.cuda.synchronize()
+    return [ns / 1e3 for ns in host_ns]
+
+
+def eager_us_per_call(fn: Callable[[], object], calls: int) -> float:
+    """Wall µs per call of ``calls`` calls of ``fn`` back to back (no busy-wait, no flush),
+    from a synchronised start to a synchronisation after the last call.
+
+    Raises:
+        RuntimeError: when no CUDA device is available.
+    """
+    if not torch.cuda.is_available():
+        raise RuntimeError("timing needs a CUDA GPU")
+    torch.cuda.synchronize()
+    t0 = time.perf_counter_ns()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter_ns() - t0) / 1e3 / calls
+
+
+HOST_CALLS = 50
+EAGER_CALLS = 100
+HOST_REPEATS = 5
+
+
+def host_and_eager_us(fn: Callable[[], object], calls: int = HOST_CALLS,
+                      eager_calls: int = EAGER_CALLS, repeats: int = HOST_REPEATS
+                      ) -> tuple[float, float]:
+    """(host µs per call, eager µs per call) of ``fn``: the median of :func:`host_times` over
+    ``repeats`` x ``calls`` calls, and the median over ``repeats`` of
+    :func:`eager_us_per_call` (``eager_calls`` calls each); the module's docstring states the
+    method. Both exclude compilation (warm-up calls first).
+
+    Raises:
+        RuntimeError: when no CUDA device is available.
+    """
+    host = [us for _ in range(repeats) for us in host_times(fn, calls)]
+    fn()  # warm after the host runs' queue drained
+    eager = [eager_us_per_call(fn, eager_calls) for _ in range(repeats)]
+    return statistics.median(host), statistics.median(eager)
+
+
+HOST_METHOD = (f"host µs/call: CPU time to issue one call (perf_counter around the call), a "
+               f"{SLEEP_CYCLES}-cycle busy-wait queued before each so the GPU stays busy; median "
+               f"of {HOST_REPEATS} x {HOST_CALLS} calls")
+EAGER_METHOD = (f"eager µs/call: wall time of {EAGER_CALLS} calls back to back (no busy-wait, "
+                f"no L2 flush), synchronised at the end, / {EAGER_CALLS}; median of "
+                f"{HOST_REPEATS}")
 
 
 def time_graph(fn: Callable[[], object], calls: int, replays: int) -> list[float]:

@@ -21,6 +21,7 @@ from tabulate import tabulate
 
 from flashrepro import env
 from flashrepro.bench import kernels as K
+from flashrepro.bench import peers
 from flashrepro.bench.problem import Problem, add_grid_arguments
 from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.configs import TUNED_TABLE, KernelConfig, launch_arch, length_bucket, table_key
@@ -71,7 +72,9 @@ def best_config(problem: Problem, rounds: int, calls: int,
     (tiles that do not fit shared memory), are listed with the reason and never win. The rest
     run in ``rounds`` interleaved rounds of ``calls`` calls; a candidate's time (µs) is the
     median of its per-round medians. ``incumbent`` (one of ``pool``) and ``min_gain``: see
-    :func:`winner`.
+    :func:`winner`. The optional peers (:data:`flashrepro.bench.peers.PEERS`) are timed in the
+    same rounds as rows ``peer <name>`` that never win, or listed with the reason they did not
+    run (not installed, or unsupported here).
     """
     inputs = problem.inputs()
     q, k, v = inputs
@@ -93,9 +96,21 @@ def best_config(problem: Problem, rounds: int, calls: int,
         fns[cfg.label()] = call
     if not fns:
         raise RuntimeError(f"no candidate ran correctly on {problem.key()}: {rows}")
-    per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=calls)
-    times = {label: statistics.median(samples) for label, samples in per_round.items()}
+    peer_fns, peer_notes = {}, {}
+    for name in peers.PEERS:
+        reason = K.available(name, inputs, problem.causal)
+        if reason:
+            rows.append([f"peer {name}", "n/a", f"skipped: {reason}"[:90]])
+            continue
+        call = K.make_call(name, inputs, problem.causal)
+        err = (K.output(name, call()).float() - ref.float()).abs().max().item()
+        peer_fns[f"peer {name}"] = call
+        peer_notes[f"peer {name}"] = f"{peers.PEERS[name].layout}, max err {err:.2g}"
+    per_round = interleaved_rounds({**fns, **peer_fns}, rounds=rounds, calls_per_round=calls)
+    times = {label: statistics.median(per_round[label]) for label in fns}
     rows += [[label, f"{us:.1f}", ""] for label, us in times.items()]
+    rows += [[label, f"{statistics.median(per_round[label]):.1f}", peer_notes[label]]
+             for label in peer_fns]
     return configs[winner(times, None if incumbent is None else incumbent.label(), min_gain)], rows
 
 

@@ -281,6 +281,11 @@ def build(results: dict[str, Any], previous: dict[str, Any] | None, settings: di
         "records": {n: {"round_medians_us": s["us"], **({"round_ratios": s["ratio"]}
                                                         if "ratio" in s else {})}
                     for n, s in samples.items()},
+        # host and eager µs per call of every record that has them: shown beside later runs'
+        # under the gate, never gated (flashrepro.gate.host)
+        "host_cost": {rec["name"]: {f: rec[f] for f in ("host_us", "eager_us")}
+                      for rec in results["records"]
+                      if not rec.get("skipped") and "host_us" in rec and "eager_us" in rec},
         "history": history,
     }
 

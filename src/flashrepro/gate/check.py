@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from flashrepro.gate import baseline as bl
+from flashrepro.gate import host
 from flashrepro.gate.stats import (
     DEFAULT_ABS_THRESHOLD,
     DEFAULT_CONFIDENCE,
@@ -86,6 +87,8 @@ class Verdict:
         env_differences: what differs from the baseline's environment.
         warnings: anything the reader should know (e.g. environment compared anyway).
         drift: per record, the current median ratio against the oldest history entry.
+        host_cost: per record, host and eager µs per call, with the baseline's where stored
+            (:func:`flashrepro.gate.host.compare`; shown, never gated).
         baseline_commit, baseline_date: of the baseline's samples.
         results_path: the results file, for the messages (may be None).
     """
@@ -101,6 +104,7 @@ class Verdict:
     env_differences: list[bl.EnvDifference] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     drift: list[dict[str, Any]] = field(default_factory=list)
+    host_cost: list[dict[str, Any]] = field(default_factory=list)
     baseline_commit: str | None = None
     baseline_date: str | None = None
     results_path: str | None = None
@@ -134,6 +138,7 @@ class Verdict:
             "secondary": [c.as_dict() for c in self.secondary],
             "env_differences": [asdict(d) for d in self.env_differences],
             "warnings": list(self.warnings), "drift": list(self.drift),
+            "host_cost": list(self.host_cost),
         }
 
 
@@ -249,8 +254,10 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     if injected:
         verdict.warnings.append(f"this run has an injected slowdown (test hook "
                                 f"FLASHREPRO_INJECT_SLOWDOWN): {injected}")
+    verdict.host_cost, host_warnings = host.compare(results, base)
     if base is None:
         return verdict
+    verdict.warnings.extend(host_warnings)
     verdict.baseline_commit = base["env"].get("git_commit")
     verdict.baseline_date = base["env"].get("date")
     verdict.env_differences = bl.differences(base, results)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from tabulate import tabulate
 
+from flashrepro.gate import host
 from flashrepro.gate.baseline import REFERENCE_RECORD
 
 if TYPE_CHECKING:
@@ -90,6 +91,22 @@ def _drift(v: Verdict) -> list[str]:
             f"{d0['history_entries']} entries): {parts}."]
 
 
+def _opt_us(value: float | None) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
+def host_table(v: Verdict) -> list[str]:
+    """The host-cost section (:mod:`flashrepro.gate.host`): empty when no record has one."""
+    if not v.host_cost:
+        return []
+    rows = [[r["record"], _opt_us(r["host_us"]), _opt_us(r["baseline_host_us"]),
+             _opt_us(r["eager_us"]), _opt_us(r["baseline_eager_us"])] for r in v.host_cost]
+    return ["", "**Host cost per call** (information, not gated)", "",
+            tabulate(rows, headers=["record", "host µs", "baseline host µs", "eager µs",
+                                    "baseline eager µs"], tablefmt="github",
+                     disable_numparse=True), "", f"Host rule: {host.rule()}."]
+
+
 def render(v: Verdict) -> str:
     """The whole summary of a verdict, markdown."""
     lines = [f"### flashrepro performance gate: {HEADLINES[v.status]} (exit {int(v.exit_code)})",
@@ -112,6 +129,7 @@ def render(v: Verdict) -> str:
         lines += ["**All comparisons**", "", comparison_table(v.comparisons + v.secondary)]
         lines += _drift(v)
         lines += ["", f"Rule: {v.settings.rule()}."]
+    lines += host_table(v)
     if v.warnings:
         lines += ["", "**Warnings**", "", *(f"- {w}" for w in v.warnings)]
     return "\n".join(lines) + "\n"
