@@ -22,11 +22,11 @@ from __future__ import annotations
 import sys
 
 import torch
+import ws_before
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds
-import ws_before
 from lab.probes.gluon_probe import RATIO_HEADERS, gluon_call, peer_calls, ratio_rows
 from lab.probes.ws_probe import ws_call
 

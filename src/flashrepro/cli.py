@@ -12,7 +12,7 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("flashrepro.env", "report the GPU, driver, CUDA, torch and triton seen here"),
-    "reproduce": ("flashrepro.bench.reproduce", "the article run: timings vs torch, SASS table"),
+    "reproduce": ("flashrepro.gate.reproduce", "the article run: timings vs torch, SASS table"),
     "bench": ("flashrepro.bench.sweep", "L x D x causal x dtype sweep vs torch; table + plot"),
     "tune": ("flashrepro.bench.tune", "time launch configs, write flashrepro/tuned.json"),
     "profile": ("flashrepro.bench.profile",

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from flashrepro.bench.reproduce import SCHEMA as RESULTS_SCHEMA
 from flashrepro.env import gpu_key
+from flashrepro.results import RESULTS_SCHEMA
 
 SCHEMA = "flashrepro.baseline/1"
 FLASHREPRO_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel",
