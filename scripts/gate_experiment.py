@@ -21,7 +21,7 @@ Steps, all at the article config (``reproduce/article.toml``):
    variance is in the figures; scenarios are interleaved in time.
 
 Writes ``$OUT/gate_experiment.json`` (everything, per run) and ``$OUT/gate_experiment.md``
-(the tables for ``reproduce/NOTES.md``); the baseline under ``$OUT/baselines`` carries the
+(the tables of lab/2026-11-29-gate-false-alarms/); the baseline under ``$OUT/baselines`` carries the
 hook, so the gate never compares it with reproduce runs (do not commit it).
 """
 
@@ -134,7 +134,7 @@ def _processes(runs: list[dict[str, Any]], baseline_levels: list[float]) -> dict
     against the pooled baseline; ``ci_half_width``: median of change - CI low over A/A runs;
     ``min_quiet_threshold``: 3·sd·√(1 + 1/k) - ci_half_width for a baseline pooled from k
     processes, the smallest threshold at which A/A runs stay quiet at 3 sd
-    (reproduce/NOTES.md, Gate). A rough figure: it rests on a handful of processes.
+    (lab/2026-11-29-gate-false-alarms/. A rough figure: it rests on a handful of processes.
     """
     aa = [r for r in runs if r["slowdown"] == 0 and r["comparison"]]
     workers = sorted({r["worker"] for r in aa})

@@ -163,7 +163,7 @@ def test_compare_rejects_bad_threshold() -> None:
         compare([1.0] * 10, [1.0] * 10, record="x", metric="ratio", threshold=1.5)
 
 
-# -- the rates the defaults were chosen for (simulation; recorded in reproduce/NOTES.md) -------
+# -- the rates the defaults were chosen for (simulation; lab/2026-11-29-gate-false-alarms/)
 
 @pytest.mark.parametrize(("round_cv", "threshold", "slowdown"), [
     (0.005, DEFAULT_THRESHOLD, 0.05), (0.01, DEFAULT_THRESHOLD, 0.05),

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # H200: rank launch configs at L=1024, D=128 for B=16 (the tune table's 16k tokens) and B=2
-# (the article), then the article run. Checks the program order (NOTES.md, experiment 4).
+# (the article), then the article run. Checks the program order (lab/2026-11-29-l2-head-groups/).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -6,7 +6,7 @@ kernel has passed its turn that way since a71ef80 (which also skips consumer 1's
 a program; this variant leaves that arrival pending at exit), so the EDITS below match only
 the kernel as it was before (e6d106d); kept as the record of the call.
 
-NOTES experiment 16, call D: 7.5-12.4 % of each consumer's stall samples sit in the warpgroup
+lab/2026-11-29-persistent-tile-boundary/, call D: 7.5-12.4 % of each consumer's stall samples sit in the warpgroup
 ``BAR.SYNC 0x2, 0x80`` that Gluon emits before every ``mbarrier.arrive`` (all 128 threads meet,
 then one arrives), the largest before a consumer passes the turn. Here a consumer waits with
 ``bar.sync 8 + c, 256`` and passes with ``bar.arrive 8 + (1 - c), 256``, each thread arriving

@@ -29,7 +29,7 @@ max over the consumer warps of all programs) of the second and third launch prin
 Units: Proton converts clock cycles at a nominal 1000 MHz (the trace's ``Frequency (MHz)``), so
 a trace µs is 1000 SM cycles. Proton's host work separates the launches (they are not back to
 back), and its counters cost the consumers a few spilled registers: compare phases with each
-other, not with the timed kernel. Session 10's run: reproduce/NOTES.md, experiment 18.
+other, not with the timed kernel. Session 10's run: lab/2026-11-29-three-consumer-tile/.
 """
 
 from __future__ import annotations
