@@ -1,4 +1,4 @@
-"""Command line: ``python -m flashrepro {doctor,reproduce,bench,tune,profile,sass,gate} ...``.
+"""Command line: ``python -m flashrepro SUBCOMMAND ...`` (:data:`COMMANDS`).
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
 ``run(args) -> int`` (the process exit code).
@@ -16,9 +16,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("flashrepro.bench.sweep", "L x D x causal x dtype sweep vs torch; table + plot"),
     "tune": ("flashrepro.bench.tune", "time launch configs, write flashrepro/tuned.json"),
     "profile": ("flashrepro.bench.profile",
-                "Nsight Compute: memory ladder (seed 004), executed counts (seed 000)"),
+                "Nsight Compute: memory ladder, executed counts (docs/article.md)"),
     "sass": ("flashrepro.analysis.sass", "SASS counts per arch vs model, article, golden"),
     "gate": ("flashrepro.gate.command", "judge a results JSON against its per-GPU baseline"),
+    "readme": ("flashrepro.readme", "check or rewrite README.md's tables from the results JSON"),
 }
 
 
