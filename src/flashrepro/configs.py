@@ -189,28 +189,30 @@ FA3_OVERLAP = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tm
 
 On the H200 at the article problem: 29.1 µs = 0.475x torch flash causal, against 31.2 µs for the
 Triton default in the same rounds; 45.6 µs non-causal (Triton 46.1, cuDNN 35.9) and slower at
-B=4, L=4096 non-causal (1137 µs against 1106) (lab/2026-11-29-gluon-softmax-overlap/). Since
-session 8 no tuned-table entry picks it: :data:`FA3_WS` beats it at every D=128 point (at the
-article problem causal 27.2 against 29.2 µs, experiment 16)."""
+B=4, L=4096 non-causal (1137 µs against 1106) (lab/2026-11-29-gluon-softmax-overlap/). Since the
+experiment lab/2026-11-29-persistent-tile-boundary/ no tuned-table entry picks it: :data:`FA3_WS`
+beats it at every D=128 point (at the
+article problem causal 27.2 against 29.2 µs, lab/2026-11-29-persistent-tile-boundary/)."""
 
 FA3_WS = KernelConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, tma=True,
                       overlap=True, warp_specialize=True)
 """The warp-specialized, persistent Gluon kernel at FA3's 128x128 tiles (two K/V stages: three
 do not fit 227 KiB beside the Q and output tiles).
 
-On the H200, in interleaved rounds with torch's cuDNN backend (lab/2026-11-29-warp-specialization/):
-37.4 µs at the article problem non-causal (1.04x cuDNN's time, 0.63x torch flash; the
-Triton default 46.0), 865 µs at B=4, L=4096 non-causal (1.02x cuDNN), 494 µs there causal
-(0.99x cuDNN; the Gluon default 566). With two Q buffers per consumer and the snake tile
-order (experiment 16): 36.7 µs non-causal (1.02x cuDNN, 0.618x torch flash) and 27.4 µs causal
-(0.78x cuDNN, 0.449x torch flash) in the gated run. With the turn on named barriers and a
-cheaper epilogue (experiment 17): 36.0 µs non-causal (1.00x cuDNN, 0.609x torch flash) and
-26.3 µs causal (0.75x cuDNN, 0.434x torch flash) in the gated run; in session 10's (experiment
-18) 35.7 µs (0.99x cuDNN, 0.605x) and 26.2 µs (0.74x cuDNN, 0.431x), in session 11's 35.8 µs
-(0.99x cuDNN, 0.606x) and 26.3 µs (0.75x cuDNN, 0.431x). With FA4's conditional rescaling
-and the row sums kept per thread (experiments 21-22), session 12's: 34.7 µs (0.97x cuDNN,
-0.585x) and 25.7 µs (0.73x cuDNN, 0.422x). In the tuned table for 13 of the 24 sm_90 entries
-(11 as it is, 2 with ``tile_grid``), :data:`FA3_WS3` for 10 more."""
+On the H200, in interleaved rounds with torch's cuDNN backend
+(lab/2026-11-29-warp-specialization/): 37.4 µs at the article problem non-causal (1.04x cuDNN's
+time, 0.63x torch flash; the Triton default 46.0), 865 µs at B=4, L=4096 non-causal (1.02x cuDNN),
+494 µs there causal (0.99x cuDNN; the Gluon default 566). With two Q buffers per consumer and the
+snake tile order (lab/2026-11-29-persistent-tile-boundary/): 36.7 µs non-causal (1.02x cuDNN,
+0.618x torch flash) and 27.4 µs causal (0.78x cuDNN, 0.449x torch flash) in the gated run. With the
+turn on named barriers and a cheaper epilogue (lab/2026-11-29-turn-next-q-epilogue/): 36.0 µs
+non-causal (1.00x cuDNN, 0.609x torch flash) and 26.3 µs causal (0.75x cuDNN, 0.434x torch flash)
+in the gated run; at aedc0ba (lab/2026-11-29-three-consumer-tile/) 35.7 µs (0.99x cuDNN, 0.605x)
+and 26.2 µs (0.74x cuDNN, 0.431x), at fc12e65 35.8 µs (0.99x cuDNN, 0.606x) and 26.3 µs (0.75x
+cuDNN, 0.431x). With FA4's conditional rescaling and the row sums kept per thread
+(lab/2026-11-30-per-thread-row-sums/), at 560b613: 34.7 µs (0.97x cuDNN, 0.585x) and 25.7 µs (0.73x
+cuDNN, 0.422x). In the tuned table for 13 of the 24 sm_90 entries (11 as it is, 2 with
+``tile_grid``), :data:`FA3_WS3` for 10 more."""
 
 FA3_WS3 = KernelConfig(block_m=192, block_n=128, num_warps=12, num_stages=3, tma=True,
                        overlap=True, warp_specialize=True)
@@ -227,9 +229,9 @@ time, against 1.06x), 176 against 179 at B=16, L=1024, 102 against 104 at B=32, 
 that are masked for all their rows) and equal at L = 4096 and 16384. Since then each consumer
 computes only the blocks its own rows see (1.6-1.7 % faster non-causal at L <= 1024, 9-12 %
 causal, still behind :data:`FA3_WS` there). The tuned table's choice at D = 64 non-causal, every
-length (``tune --against-table``, session 10), and causal from L = 2048 (session 11; with
+length (``tune --against-table`` at 421be72), and causal from L = 2048 (at 3cd8507; with
 ``tile_grid`` at L >= 8192). Causal, its consumers spill 80 bytes per thread (ptxas; 68
-before experiment 21's conditional rescaling) outside the loop over key blocks; the timings that
+before the conditional rescaling) outside the loop over key blocks; the timings that
 chose it include that."""
 
 TRITON_FALLBACK = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True)

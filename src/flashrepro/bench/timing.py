@@ -132,7 +132,7 @@ def time_calls_and_host(fn: Callable[[], object], calls: int, warmup: int = 3,
     ``gc_off``: Python's garbage collector is off during the timed calls (a collection inside
     a call can outlast the busy-wait; lab/2026-11-29-host-time-outliers/, which times it on).
     ``before_wait``: GPU work enqueued after each flush and before the busy-wait, outside the
-    timed events (diagnostics: reproduce/gpu/icache_probe.py; the reported timings pass none).
+    timed events (diagnostics: lab/probes/icache_probe.py; the reported timings pass none).
 
     Raises:
         RuntimeError: when no CUDA device is available.

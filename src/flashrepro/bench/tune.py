@@ -104,7 +104,7 @@ def winner(times: dict[str, float], incumbent: str | None, min_gain: float) -> s
     """The label of the fastest of ``times`` (µs by config label), unless ``incumbent`` (the
     table's entry, if it ran correctly) is within ``min_gain`` (a fraction) of it: a challenger
     must be faster by more than the noise of a few rounds to replace the committed entry, so
-    the table does not flip between configs that tie (session 9 moved an entry on 0.5 % over 3
+    the table does not flip between configs that tie (an entry once moved on 0.5 % over 3
     rounds, and the sweep then showed the point unchanged: lab/2026-11-29-turn-next-q-epilogue/).
     """
     fastest = min(times, key=times.__getitem__)

@@ -1,7 +1,7 @@
 """FlashAttention forward for Hopper (sm_90) in Gluon, warp-specialized and persistent as in
 FlashAttention-3.
 
-Same algorithm, semantics and softmax as :mod:`flashrepro.kernels.fwd_gluon` (its helpers are
+Same algorithm, semantics and softmax as :mod:`flashrepro.kernels.fwd_gluon` (its functions are
 reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, sections 3.1-3.2):
 
 - Producer/consumer warp specialization. One producer warp issues every TMA load; two (or three)
