@@ -1,4 +1,4 @@
-"""Reference attention in high precision, the parity rule, and input/output helpers shared by
+"""Reference attention in high precision, the parity rule, and input/output functions shared by
 the tests."""
 
 from __future__ import annotations

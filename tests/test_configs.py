@@ -124,8 +124,8 @@ def test_tune_rejects_a_bad_config(capsys: pytest.CaptureFixture[str]) -> None:
 def test_default_on_the_mma_sync_path(arch: int, head_dim: int,
                                       expected: KernelConfig) -> None:
     """mma.sync archs (sm_80/86/89, consumer Blackwell sm_120/121, and sm_90 with
-    DISABLE_MMA_V3, which launch_arch reports as 80): P in registers for 64 < D <= 128 (NOTES,
-    experiment 11), 64x64 up to D = 64."""
+    DISABLE_MMA_V3, which launch_arch reports as 80): P in registers for 64 < D <= 128
+   (lab/2026-11-29-mma-sync-default/), 64x64 up to D = 64."""
     for causal in (False, True):
         for seqlen in (1, 1024, 100_000):
             assert default_config(head_dim, causal, seqlen, arch) == expected

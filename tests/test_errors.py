@@ -236,7 +236,8 @@ def test_bad_kernel_config(fields: tuple[int, int, int, int], message: str) -> N
 def test_config_too_big_for_the_gpu(device: torch.device) -> None:
     """8 stages of 64-row K and V tiles at D=256 need 544 KiB of shared memory (more than any
     GPU has); Triton compiles it in seconds and refuses it at launch. (A 256x256, 1-warp
-    config compiled for more than 4 minutes and held up the GPU suite: NOTES, session 5.)"""
+    config compiled for more than 4 minutes and held up the GPU suite:
+    lab/2026-11-29-gpu-suite-wall-time/.)"""
     q, k, v = random_qkv(1, 1, 256, 256, 256, torch.float16, device)
     with pytest.raises(ValueError, match=r"^config 64x64 w4 s8 does not fit this GPU for "
                                          r"D=256: "):

@@ -163,7 +163,7 @@ def test_compare_rejects_bad_threshold() -> None:
         compare([1.0] * 10, [1.0] * 10, record="x", metric="ratio", threshold=1.5)
 
 
-# -- the rates the defaults were chosen for (simulation; recorded in reproduce/NOTES.md) -------
+# -- the rates the defaults were chosen for (simulation; lab/2026-11-29-gate-false-alarms/)
 
 @pytest.mark.parametrize(("round_cv", "threshold", "slowdown"), [
     (0.005, DEFAULT_THRESHOLD, 0.05), (0.01, DEFAULT_THRESHOLD, 0.05),
@@ -399,7 +399,7 @@ def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert "--threshold must be in [0, 1)" in capsys.readouterr().err
 
 
-# -- the slowdown test hook (its GPU part runs in reproduce/gpu/gate_experiment.py) ------------
+# -- the slowdown test hook (its GPU part runs in scripts/gate_experiment.py) -------------------
 
 @pytest.mark.parametrize(("value", "expected"), [("", None), ("0", 0.0), ("0.05", 0.05)])
 def test_injection_variable(value: str, expected: float | None) -> None:
@@ -417,7 +417,7 @@ def test_injection_variable_rejects_bad_values(value: str) -> None:
 
 def _experiment_module():
     import importlib.util
-    path = Path(__file__).resolve().parents[1] / "reproduce" / "gpu" / "gate_experiment.py"
+    path = Path(__file__).resolve().parents[1] / "scripts" / "gate_experiment.py"
     spec = importlib.util.spec_from_file_location("gate_experiment", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

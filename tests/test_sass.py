@@ -144,7 +144,7 @@ def test_no_wgmma_serialisation_on_sm90() -> None:
     """Every sm_90 (wgmma) kernel of the golden file (which ``nox -s sass`` holds equal to a
     fresh compile) waits once per group of HGMMAs, not after each: the pointer-load path once
     drew ptxas's C7515 serialisation, a WARPGROUP.DEPBAR after each of its 24 HGMMAs
-    (reproduce/NOTES.md, experiment 10)."""
+    (lab/2026-11-29-pointer-path-wgmma-serialization/)."""
     doc = golden.load(golden.default_path())
     assert doc is not None
     ratios = _wgmma_waits_per_hgmma(doc["kernels"]["sm_90"])

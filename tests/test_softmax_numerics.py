@@ -1,4 +1,4 @@
-"""The Gluon kernels' softmax helpers, run on the CPU in float32 (numpy) from their source.
+"""The Gluon kernels' softmax functions, run on the CPU in float32 (numpy) from their source.
 
 ``fwd_gluon._running_max`` (FlashAttention-4's conditional rescaling, MAX_LAG 8 in the ws
 kernel's loop) and ``fwd_gluon._thread_row_sums`` (experiment 22) only do elementwise float32
@@ -22,7 +22,7 @@ from tests.ws_protocol import KERNELS, _source_namespace
 MAX_LAG = WS_MAX_LAG.value  # the ws kernel's
 
 
-def _gluon_helpers() -> dict:
+def _gluon_functions() -> dict:
     """fwd_gluon.py's functions with ``gl`` backed by numpy."""
     ns = _source_namespace(KERNELS / "fwd_gluon.py")
     ns["gl"] = types.SimpleNamespace(
@@ -66,7 +66,7 @@ def test_running_max_bounds_p_at_every_magnitude() -> None:
     old, and the block's max exceeds it by at most 8 (+ float32's rounding of 8): P <= 2^8,
     which float16 holds. ``m_block > m_i + 8`` broke this from |m_i| >= 2^27, where the sum
     rounds by up to 8 (P up to 2^16: inf in float16)."""
-    running_max = _gluon_helpers()["_running_max"]
+    running_max = _gluon_functions()["_running_max"]
     m_i, m_b = _max_pairs()
     m_new = running_max(m_i, m_b, MAX_LAG)
     assert m_new.dtype == np.float32 and m_new.shape == m_i.shape
@@ -87,14 +87,14 @@ def test_running_max_bounds_p_at_every_magnitude() -> None:
 
 
 def test_running_max_without_lag_is_the_max() -> None:
-    running_max = _gluon_helpers()["_running_max"]
+    running_max = _gluon_functions()["_running_max"]
     m_i, m_b = _max_pairs()
     np.testing.assert_array_equal(running_max(m_i, m_b, 0.0), np.maximum(m_i, m_b))
 
 
 def test_running_max_keeps_minus_inf_blocks_out() -> None:
     """A block masked for a whole row (max -inf) leaves its reference max where it was."""
-    running_max = _gluon_helpers()["_running_max"]
+    running_max = _gluon_functions()["_running_max"]
     m_i = np.float32([-3.0, 0.0, 1e9])
     np.testing.assert_array_equal(running_max(m_i, np.full(3, -np.inf, np.float32), MAX_LAG),
                                   m_i)
@@ -104,7 +104,7 @@ def test_running_max_keeps_minus_inf_blocks_out() -> None:
 def test_thread_row_sums_are_each_quad_threads_columns(block_n: int) -> None:
     """ROWS x 4 partials: column t holds columns 8k + 2t + {0, 1} of each row (the columns
     thread t of a quad holds in a wgmma accumulator), and the four add up to the row sum."""
-    thread_row_sums = _gluon_helpers()["_thread_row_sums"]
+    thread_row_sums = _gluon_functions()["_thread_row_sums"]
     rng = np.random.default_rng(block_n)
     p = rng.uniform(0.0, 256.0, size=(64, block_n)).astype(np.float32)
     part = np.asarray(thread_row_sums(_Tensor(p)))

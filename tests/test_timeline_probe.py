@@ -1,8 +1,9 @@
-"""The intra-kernel timeline probe (reproduce/gpu/timeline_probe.py): its scopes still apply to
+"""The intra-kernel timeline probe (lab/probes/timeline_probe.py): its scopes still apply to
 the ws kernel and Proton can instrument the result for sm_90 with the probe's settings (offline,
-without a GPU: session 10's first GPU call lost its timeline to a buffer size Proton refuses,
-which this compile catches); and its trace reading, on session 10's committed Proton traces
-(the article problem, 132 programs of 8 consumer warps, 256 tiles: 124 programs take two)."""
+without a GPU: the first GPU run of lab/2026-11-29-three-consumer-tile/ lost its timeline to a
+buffer size Proton refuses, which this compile catches); and its trace reading, on that
+experiment's committed Proton traces (the article problem, 132 programs of 8 consumer warps,
+256 tiles: 124 programs take two)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from reproduce.gpu import timeline_probe
-from reproduce.gpu.timeline_probe import split_launches, summarize
+from lab.probes import timeline_probe
+from lab.probes.timeline_probe import split_launches, summarize
 
 ROOT = Path(__file__).resolve().parents[1]
-TRACES = ROOT / "reproduce/results/nvidia-h200/session10/b-ws3-tune-bench/timeline"
+TRACES = ROOT / "lab/2026-11-29-three-consumer-tile/ws3-tune-bench/timeline"
 
 
 def test_scopes_apply_to_the_kernel() -> None:
@@ -33,8 +34,8 @@ def test_scopes_apply_to_the_kernel() -> None:
 @pytest.mark.parametrize("buffer_size", [None, 65536], ids=["probe-settings", "refused-size"])
 def test_instrumented_kernel_compiles_offline(buffer_size: int | None) -> None:
     """The probe's own settings compile (a clock read at each scope boundary of both
-    consumers); session 10's first setting, 64 KiB over 12 warps, is refused as on the GPU."""
-    code = ("import sys; from reproduce.gpu import timeline_probe as t\n"
+    consumers); the first GPU run's setting, 64 KiB over 12 warps, is refused as on the GPU."""
+    code = ("import sys; from lab.probes import timeline_probe as t\n"
             + (f"t.MODE = t.proton.mode.Default(buffer_type='global', granularity='warp', "
                f"buffer_size={buffer_size})\n" if buffer_size else "")
             + "print(t.offline_check(False))")

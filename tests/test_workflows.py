@@ -9,7 +9,7 @@ that every check fails on a bad workflow):
 - every third-party action is pinned to a 40-hex commit SHA with a version comment;
 - every job has ``timeout-minutes``; every workflow or job has a ``concurrency`` group;
 - self-hosted jobs set ``FLASHREPRO_REQUIRE_GPU=1`` (no silent skip without a GPU);
-- reproduce/gpu/ci_steps.sh runs the GPU workflow's steps, in order, verbatim.
+- scripts/ci_steps.sh runs the GPU workflow's steps, in order, verbatim.
 CPU only; YAML parsed with pyyaml. Rules for self-hosted runners: GitHub's "Security hardening
 for GitHub Actions" (self-hosted runners, pinning actions to a full-length commit SHA).
 """
@@ -30,9 +30,9 @@ from tests.conftest import pin_xdist_worker_to_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOWS = sorted((ROOT / ".github" / "workflows").glob("*.y*ml"))
-CI_SCRIPTS = [ROOT / ".ci" / "run", ROOT / "reproduce" / "gpu" / "ci_steps.sh"]
+CI_SCRIPTS = [ROOT / ".ci" / "run", ROOT / "scripts" / "ci_steps.sh"]
 GPU_WORKFLOW = ROOT / ".github" / "workflows" / "gpu.yml"
-GPU_SCRIPT = ROOT / "reproduce" / "gpu" / "ci_steps.sh"
+GPU_SCRIPT = ROOT / "scripts" / "ci_steps.sh"
 IN_IMAGE = ROOT / ".github" / "scripts" / "in-image"
 
 # Events only people with write access can cause; anything else (pull_request,

@@ -111,7 +111,7 @@ def attention(
           float16 range (e.g. q, k ~ 100 at D = 64) stay finite. Not without bound in the
           Gluon kernels (sm_90): from scaled scores of about 2^28 (|q·k| ~ 2·10^9 at
           D = 128) float32's spacing there lets an unmasked block's P exceed 1 by its
-          rounding, and float16 P can overflow (reproduce/NOTES.md, experiment 22's review).
+          rounding, and float16 P can overflow (lab/2026-11-30-conditional-rescaling-overflow/).
         * Strides: k and v of different strides are read through contiguous copies (the
           kernel shares one set of tile offsets). Tensors of more than 2^31 elements are
           addressed with int64 offsets; an input whose head-dim stride (or key/value row

@@ -1,4 +1,4 @@
-"""Command line: ``python -m flashrepro {doctor,reproduce,bench,model,tune,profile,sass,gate} ...``.
+"""Command line: ``python -m flashrepro SUBCOMMAND ...`` (:data:`COMMANDS`).
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
 ``run(args) -> int`` (the process exit code).
@@ -12,15 +12,16 @@ import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("flashrepro.env", "report the GPU, driver, CUDA, torch and triton seen here"),
-    "reproduce": ("flashrepro.bench.reproduce", "the article run: timings vs torch, SASS table"),
+    "reproduce": ("flashrepro.gate.reproduce", "the article run: timings vs torch, SASS table"),
     "bench": ("flashrepro.bench.sweep", "L x D x causal x dtype sweep vs torch; table + plot"),
     "model": ("flashrepro.bench.model",
               "Qwen3-0.6B-shaped prefill tokens/s: flashrepro vs SDPA cuDNN/flash, FA4"),
     "tune": ("flashrepro.bench.tune", "time launch configs, write flashrepro/tuned.json"),
     "profile": ("flashrepro.bench.profile",
-                "Nsight Compute: memory ladder (seed 004), executed counts (seed 000)"),
+                "Nsight Compute: memory ladder, executed counts (docs/article.md)"),
     "sass": ("flashrepro.analysis.sass", "SASS counts per arch vs model, article, golden"),
     "gate": ("flashrepro.gate.command", "judge a results JSON against its per-GPU baseline"),
+    "readme": ("flashrepro.readme", "check or rewrite README.md's tables from the results JSON"),
 }
 
 

@@ -60,7 +60,7 @@ class KernelConfig:
             of the persistent kernel's overlap between a program's tiles (the next tile's
             loads, the output store). Long causal problems, whose tile costs vary, are where it
             wins: in the tuned table for causal L >= 8192 (10 % faster than the persistent
-            grid at D = 128, L = 16384; reproduce/NOTES.md, session 11's table).
+            grid at D = 128, L = 16384; lab/2026-11-29-tile-grid-long-causal/).
 
     Raises:
         TypeError: a size that is not an int, or a flag that is not a bool.
@@ -177,11 +177,11 @@ With BLOCK_M = 128 >= HEAD_DIM (D <= 128), Triton 3.6 splits the 8 warps over S'
 shared-memory round trip (LDSM of P) is needed; with the article's 64x64, 4 warps it splits them
 over S's columns ([1, 4]) and P goes through shared memory. Static SASS at the article problem
 on sm_80: 256 HMMA, 88 LDSM, 64 LDSM.MT, against torch's 256 / 80 / 64 and the article launch's
-256 / 112 / 16 (``python -m flashrepro sass``; reproduce/NOTES.md, experiment 9). 96 KiB of
+256 / 112 / 16 (``python -m flashrepro sass``; lab/2026-11-29-p-in-registers/). 96 KiB of
 shared memory: fits sm_86/89's 99 KiB. The default launch's choice on the mma.sync path for
 64 < D <= 128 (:func:`default_config`); timed only on the H200's mma.sync path: 0.762x torch
-flash's time at the article problem, against 0.904x for 64x64 w4 (reproduce/NOTES.md,
-experiments 9 and 11)."""
+flash's time at the article problem, against 0.904x for 64x64 w4 (lab/2026-11-29-p-in-registers/,
+lab/2026-11-29-mma-sync-default/)."""
 
 FA3_OVERLAP = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True,
                            overlap=True)
@@ -189,28 +189,30 @@ FA3_OVERLAP = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tm
 
 On the H200 at the article problem: 29.1 µs = 0.475x torch flash causal, against 31.2 µs for the
 Triton default in the same rounds; 45.6 µs non-causal (Triton 46.1, cuDNN 35.9) and slower at
-B=4, L=4096 non-causal (1137 µs against 1106) (reproduce/NOTES.md, experiment 14). Since
-session 8 no tuned-table entry picks it: :data:`FA3_WS` beats it at every D=128 point (at the
-article problem causal 27.2 against 29.2 µs, experiment 16)."""
+B=4, L=4096 non-causal (1137 µs against 1106) (lab/2026-11-29-gluon-softmax-overlap/). Since the
+experiment lab/2026-11-29-persistent-tile-boundary/ no tuned-table entry picks it: :data:`FA3_WS`
+beats it at every D=128 point (at the
+article problem causal 27.2 against 29.2 µs, lab/2026-11-29-persistent-tile-boundary/)."""
 
 FA3_WS = KernelConfig(block_m=128, block_n=128, num_warps=8, num_stages=2, tma=True,
                       overlap=True, warp_specialize=True)
 """The warp-specialized, persistent Gluon kernel at FA3's 128x128 tiles (two K/V stages: three
 do not fit 227 KiB beside the Q and output tiles).
 
-On the H200, in interleaved rounds with torch's cuDNN backend (reproduce/NOTES.md, experiment
-15): 37.4 µs at the article problem non-causal (1.04x cuDNN's time, 0.63x torch flash; the
-Triton default 46.0), 865 µs at B=4, L=4096 non-causal (1.02x cuDNN), 494 µs there causal
-(0.99x cuDNN; the Gluon default 566). With two Q buffers per consumer and the snake tile
-order (experiment 16): 36.7 µs non-causal (1.02x cuDNN, 0.618x torch flash) and 27.4 µs causal
-(0.78x cuDNN, 0.449x torch flash) in the gated run. With the turn on named barriers and a
-cheaper epilogue (experiment 17): 36.0 µs non-causal (1.00x cuDNN, 0.609x torch flash) and
-26.3 µs causal (0.75x cuDNN, 0.434x torch flash) in the gated run; in session 10's (experiment
-18) 35.7 µs (0.99x cuDNN, 0.605x) and 26.2 µs (0.74x cuDNN, 0.431x), in session 11's 35.8 µs
-(0.99x cuDNN, 0.606x) and 26.3 µs (0.75x cuDNN, 0.431x). With FA4's conditional rescaling
-and the row sums kept per thread (experiments 21-22), session 12's: 34.7 µs (0.97x cuDNN,
-0.585x) and 25.7 µs (0.73x cuDNN, 0.422x). In the tuned table for 13 of the 24 sm_90 entries
-(11 as it is, 2 with ``tile_grid``), :data:`FA3_WS3` for 10 more."""
+On the H200, in interleaved rounds with torch's cuDNN backend
+(lab/2026-11-29-warp-specialization/): 37.4 µs at the article problem non-causal (1.04x cuDNN's
+time, 0.63x torch flash; the Triton default 46.0), 865 µs at B=4, L=4096 non-causal (1.02x cuDNN),
+494 µs there causal (0.99x cuDNN; the Gluon default 566). With two Q buffers per consumer and the
+snake tile order (lab/2026-11-29-persistent-tile-boundary/): 36.7 µs non-causal (1.02x cuDNN,
+0.618x torch flash) and 27.4 µs causal (0.78x cuDNN, 0.449x torch flash) in the gated run. With the
+turn on named barriers and a cheaper epilogue (lab/2026-11-29-turn-next-q-epilogue/): 36.0 µs
+non-causal (1.00x cuDNN, 0.609x torch flash) and 26.3 µs causal (0.75x cuDNN, 0.434x torch flash)
+in the gated run; at aedc0ba (lab/2026-11-29-three-consumer-tile/) 35.7 µs (0.99x cuDNN, 0.605x)
+and 26.2 µs (0.74x cuDNN, 0.431x), at fc12e65 35.8 µs (0.99x cuDNN, 0.606x) and 26.3 µs (0.75x
+cuDNN, 0.431x). With FA4's conditional rescaling and the row sums kept per thread
+(lab/2026-11-30-per-thread-row-sums/), at 560b613: 34.7 µs (0.97x cuDNN, 0.585x) and 25.7 µs (0.73x
+cuDNN, 0.422x). In the tuned table for 13 of the 24 sm_90 entries (11 as it is, 2 with
+``tile_grid``), :data:`FA3_WS3` for 10 more."""
 
 FA3_WS3 = KernelConfig(block_m=192, block_n=128, num_warps=12, num_stages=3, tma=True,
                        overlap=True, warp_specialize=True)
@@ -219,28 +221,28 @@ FA3_WS3 = KernelConfig(block_m=192, block_n=128, num_warps=12, num_stages=3, tma
 
 A consumer's GEMMs shrink with D but its softmax does not, so at D = 64 with two consumers one
 consumer's softmax outlasts the other's GEMMs; with three, each softmax has two others' GEMMs to
-hide behind. On the H200 at D = 64, fp16, side by side with :data:`FA3_WS` (reproduce/NOTES.md,
-experiment 18): non-causal 552 against 614 µs at B=4, L=4096 (0.96x cuDNN's time, against
-1.06x), 176 against 179 at B=16, L=1024, 102 against 104 at B=32, L=512; causal 25-27 %
-slower at L <= 1024 (111 against 89 µs at B=32, L=512; 159 against 126 at B=16, L=1024: a
+hide behind. On the H200 at D = 64, fp16, side by side with :data:`FA3_WS`
+(lab/2026-11-29-three-consumer-tile/): non-causal 552 against 614 µs at B=4, L=4096 (0.96x cuDNN's
+time, against 1.06x), 176 against 179 at B=16, L=1024, 102 against 104 at B=32, L=512; causal 25-27
+% slower at L <= 1024 (111 against 89 µs at B=32, L=512; 159 against 126 at B=16, L=1024: a
 192-row tile walks the key range of its last row, so its first consumers also compute blocks
 that are masked for all their rows) and equal at L = 4096 and 16384. Since then each consumer
 computes only the blocks its own rows see (1.6-1.7 % faster non-causal at L <= 1024, 9-12 %
 causal, still behind :data:`FA3_WS` there). The tuned table's choice at D = 64 non-causal, every
-length (``tune --against-table``, session 10), and causal from L = 2048 (session 11; with
+length (``tune --against-table`` at 421be72), and causal from L = 2048 (at 3cd8507; with
 ``tile_grid`` at L >= 8192). Causal, its consumers spill 80 bytes per thread (ptxas; 68
-before experiment 21's conditional rescaling) outside the loop over key blocks; the timings that
+before the conditional rescaling) outside the loop over key blocks; the timings that
 chose it include that."""
 
 TRITON_FALLBACK = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3, tma=True)
 """The Triton kernel's launch where the tuned table picked a Gluon kernel that cannot run the
 call (D other than 64 or 128, bottom-right causal with Lq > Lk, inputs TMA cannot address):
 the table's tiles are the Gluon kernel's, not the Triton kernel's. On the H200, the Triton
-kernel at all 24 points of the table (reproduce/results/nvidia-h200/session5/retune-200us/
+kernel at all 24 points of the table (lab/2026-11-29-host-time-per-call/retune-200us/
 tune.txt): this launch within 0-10 % of the best at every point, :data:`FA3_WS`'s tiles (128x128,
-8 warps, 2 stages) 13-51 % slower than it. Re-timed on the H200 in session 9 (NOTES, experiment
-17): the default launch, which takes this config there, equals it and is 10-16 % faster than
-128x64 w8 s3 tma (D=96, D=80, bottom-right Lq > Lk)."""
+8 warps, 2 stages) 13-51 % slower than it. Re-timed on the H200 later
+(lab/2026-11-29-turn-next-q-epilogue/): the default launch, which takes this config there, equals
+it and is 10-16 % faster than 128x64 w8 s3 tma (D=96, D=80, bottom-right Lq > Lk)."""
 
 NAMED: dict[str, KernelConfig] = {"article": ARTICLE, "p-in-registers": P_IN_REGISTERS,
                                   "fa3-overlap": FA3_OVERLAP, "fa3-ws": FA3_WS,
@@ -297,18 +299,19 @@ def _tuned_table() -> dict[str, KernelConfig]:
 def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None) -> KernelConfig:
     """The configuration the default launch uses (no tuning at call time).
 
-    Looks up the committed table ``flashrepro/tuned.json`` (package data, written by ``python -m
-    flashrepro tune`` on the GPU it describes) by arch, head dim (padded to a power of two),
-    causal and :func:`length_bucket`; off the table, a rule that fits every arch's shared memory:
-    64x64, 4 warps, 3 stages up to D = 64; for 64 < D <= 128 the same on wgmma and tcgen05 archs
-    and in the interpreter, and :data:`P_IN_REGISTERS` on the mma.sync path
+    Looks up the committed table ``flashrepro/tuned.json`` (package data; written by
+    ``python -m flashrepro tune`` on the GPU it describes) by arch, head dim (padded to a
+    power of two), causal and :func:`length_bucket`; off the table, a rule that fits every
+    arch's shared memory: 64x64, 4 warps, 3 stages up to D = 64; for 64 < D <= 128 the same
+    on wgmma and tcgen05 archs and in the interpreter, and :data:`P_IN_REGISTERS` on the
+    mma.sync path
     (:func:`mma_sync_arch`: sm_80/86/89, sm_90 with ``DISABLE_MMA_V3=1``, sm_120/121);
     64x32, 2 stages above D = 128.
 
-    The mma.sync rule is measured on the H200 with ``DISABLE_MMA_V3=1`` only (reproduce/NOTES.md,
-    experiment 11): at D = 128, 128x64 w8 s3 beat 64x64 w4 s3 at every length 512..16384, causal
-    and not, by 11-28 %; at D = 64, 64x64 w4 s3 won every point (0.2-16 %), since its BLOCK_M
-    >= D already keeps P in registers.
+    The mma.sync rule is measured on the H200 with ``DISABLE_MMA_V3=1`` only
+    (lab/2026-11-29-mma-sync-default/): at D = 128, 128x64 w8 s3 beat 64x64 w4 s3 at every length
+    512..16384, causal and not, by 11-28 %; at D = 64, 64x64 w4 s3 won every point (0.2-16 %),
+    since its BLOCK_M >= D already keeps P in registers.
 
     Args:
         head_dim: D of the problem.

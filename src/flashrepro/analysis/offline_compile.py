@@ -46,8 +46,8 @@ from typing import Any
 import torch
 
 from flashrepro.analysis.disasm import Resources, SassCounts, disassemble_cubin
-from flashrepro.bench.problem import Problem
 from flashrepro.configs import KernelConfig
+from flashrepro.problem import Problem
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,6 @@ from flashrepro.analysis.disasm import CLASS_NAMES, tool_versions
 from flashrepro.analysis.offline_compile import TARGETS, KernelSass, KernelSpec, kernel_sass
 from flashrepro.analysis.rows import published_counts, torch_rows, triton_row
 from flashrepro.analysis.torch_sass import installed_library
-from flashrepro.bench.problem import Problem, load_article
 from flashrepro.configs import (
     ARTICLE,
     FA3_WS,
@@ -44,6 +43,7 @@ from flashrepro.configs import (
     default_config,
 )
 from flashrepro.env import positive_int, shown_path
+from flashrepro.problem import Problem, load_article
 
 SCHEMA = "flashrepro.sass/1"
 

@@ -113,7 +113,7 @@ PATHS: dict[str, dict[str, str]] = {"mma.sync": {"DISABLE_MMA_V3": "1"}, "wgmma"
 # LDSM.16.M88.4 + 16 LDSM.16.MT88.4 of docs/article.md's static SASS all sit in the two
 # loop bodies, 64 per body. HGMMA: D/16 = 8 HGMMA.64x64x16 (Q·Kᵀ) + BN/16 = 4 HGMMA.64x128x16
 # (P·V, P from registers) per body; the wgmma build's 8 LDSM are in the epilogue, once per warp.
-# TODO(sass helper): take these from flashrepro.analysis.sass / .model once merged.
+# TODO: take these from flashrepro.analysis.sass / .model once merged.
 _STATIC_PER_WARP: dict[str, dict[str, tuple[int, int]]] = {
     "mma.sync": {"HMMA": (128, 0), "HGMMA": (0, 0), "LDSM": (64, 0)},
     "wgmma": {"HMMA": (0, 0), "HGMMA": (12, 0), "LDSM": (0, 8)},

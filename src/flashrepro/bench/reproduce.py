@@ -22,6 +22,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,23 +43,13 @@ from flashrepro.bench.timing import (
 )
 from flashrepro.configs import MMA_V3_ARCHS, default_config, launch_arch
 from flashrepro.report import reproduce_markdown, reproduce_table, write_summary
+from flashrepro.results import BASELINE_DIR, RESULTS_SCHEMA, results_dir
 
-SCHEMA = "flashrepro.results/1"
-RESULTS_DIR = env.REPO_ROOT / "reproduce" / "results"
-BASELINE_DIR = env.REPO_ROOT / "reproduce" / "baselines"
+SCHEMA = RESULTS_SCHEMA
 NON_CAUSAL = " (non-causal)"
 """Suffix of the records timed on the article problem without its causal mask."""
 KERNELS = [*K.FLASHREPRO, *K.TORCH_BACKENDS, *peers.PEERS]
 """The rows of the main table (and of its non-causal twin)."""
-
-
-def results_dir(out: Path | None, gpu_key: str) -> Path:
-    """Where results go: ``--out``, else $FLASHREPRO_RESULTS_DIR, else reproduce/results/<gpu>."""
-    if out is not None:
-        return out
-    if os.environ.get("FLASHREPRO_RESULTS_DIR"):
-        return Path(os.environ["FLASHREPRO_RESULTS_DIR"])
-    return RESULTS_DIR / gpu_key
 
 
 def check_outputs(problem: Problem, names: list[str], inputs: K.Inputs) -> dict[str, float]:
@@ -155,7 +146,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--child-json", type=Path, default=None, help=argparse.SUPPRESS)
 
 
-def run(args: argparse.Namespace) -> int:
+Judge = Callable[[dict, Path, bool], Any]
+"""``judge(results, baseline_dir, update)``: the gate's verdict on a results dict (``update``:
+make it the baseline instead), an object with ``as_dict()``, ``markdown`` and ``exit_code``
+(:class:`flashrepro.gate.Verdict`). Passed in by :mod:`flashrepro.gate.reproduce`, the
+``reproduce`` subcommand, so this module does not import the gate that reads its results."""
+
+
+def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
+    """The article run (module docstring); ``--gate``/``--update-baseline`` need ``judge``.
+
+    Returns the process exit code. Raises ValueError when ``--gate`` or ``--update-baseline``
+    is asked for without a ``judge``."""
+    if (args.gate or args.update_baseline) and judge is None:
+        raise ValueError("reproduce: --gate/--update-baseline need judge= (run it as "
+                         "`python -m flashrepro reproduce`, which passes the gate's)")
     problem, published = load_article()
     if args.child_json is not None:  # the mma.sync child: flashrepro rows + torch flash only
         names = [*K.FLASHREPRO, K.P_IN_REGISTERS, "torch-flash"]
@@ -218,9 +223,7 @@ def run(args: argparse.Namespace) -> int:
     (out_dir / "reproduce.md").write_text(summary)
     exit_code = 0
     if args.gate or args.update_baseline:
-        from flashrepro.gate import check, update_baseline
-        verdict = (update_baseline(results, args.baseline_dir) if args.update_baseline
-                   else check(results, args.baseline_dir))
+        verdict = judge(results, args.baseline_dir, args.update_baseline)
         results["gate"] = verdict.as_dict()
         summary += "\n" + verdict.markdown + "\n"
         print(verdict.markdown)

@@ -10,7 +10,7 @@ the host was still launching it. Per-call times are the event intervals, in µs.
 The busy-wait must outlast the host's work for one call, or the gap comes back. On the H200
 host a ``flashrepro.attention`` call with TMA descriptors took about as long as the first
 busy-wait (~200 µs) and its times turned bimodal (31-97 µs for a 31 µs kernel;
-``reproduce/NOTES.md``, experiment 6). So the busy-wait is now ~1 ms, and
+lab/2026-11-29-host-time-per-call/). So the busy-wait is now ~1 ms, and
 :func:`time_calls` measures each call's host time and warns (:class:`HostBoundWarning`) when it
 comes within 80 % of the busy-wait's measured length.
 
@@ -137,9 +137,9 @@ def time_calls_and_host(fn: Callable[[], object], calls: int, warmup: int = 3,
     events) and host times (µs, ``start.record()`` to after ``end.record()``), in call order.
 
     ``gc_off``: Python's garbage collector is off during the timed calls (a collection inside
-    a call can outlast the busy-wait; reproduce/NOTES.md, experiment 13, which times it on).
+    a call can outlast the busy-wait; lab/2026-11-29-host-time-outliers/, which times it on).
     ``before_wait``: GPU work enqueued after each flush and before the busy-wait, outside the
-    timed events (diagnostics: reproduce/gpu/icache_probe.py; the reported timings pass none).
+    timed events (diagnostics: lab/probes/icache_probe.py; the reported timings pass none).
 
     Raises:
         RuntimeError: when no CUDA device is available.

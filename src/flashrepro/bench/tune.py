@@ -27,10 +27,11 @@ from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.configs import TUNED_TABLE, KernelConfig, launch_arch, length_bucket, table_key
 from flashrepro.validation import MAX_HEAD_DIM
 
-# The configs that won at least one point of the full grids on the H200 (reproduce/NOTES.md,
-# experiments 1-4; 30 configs were timed there) and the article's 64x64 pointer build. Two-stage
-# 128-row tiles (128x64 and 128x128, 8 warps) were tried again in session 5 and lost every
-# D = 128 non-causal point to their three-stage versions by 13-46 % (NOTES, experiment 6).
+# The configs that won at least one point of the full grids on the H200 (lab/2026-11-29-*,
+# the first four experiments; 30 configs were timed there) and the article's 64x64 pointer build.
+# Two-stage 128-row tiles (128x64 and 128x128, 8 warps) were tried again later and lost every
+# D = 128 non-causal point to their three-stage versions by 13-46 %
+# (lab/2026-11-29-host-time-per-call/).
 CANDIDATES = [
     KernelConfig(64, 64, 4, 3),
     KernelConfig(64, 64, 4, 2, tma=True),
@@ -118,8 +119,8 @@ def winner(times: dict[str, float], incumbent: str | None, min_gain: float) -> s
     """The label of the fastest of ``times`` (µs by config label), unless ``incumbent`` (the
     table's entry, if it ran correctly) is within ``min_gain`` (a fraction) of it: a challenger
     must be faster by more than the noise of a few rounds to replace the committed entry, so
-    the table does not flip between configs that tie (session 9 moved an entry on 0.5 % over 3
-    rounds, and the sweep then showed the point unchanged: reproduce/NOTES.md, experiment 17).
+    the table does not flip between configs that tie (an entry once moved on 0.5 % over 3
+    rounds, and the sweep then showed the point unchanged: lab/2026-11-29-turn-next-q-epilogue/).
     """
     fastest = min(times, key=times.__getitem__)
     if incumbent in times and times[fastest] > times[incumbent] * (1 - min_gain):

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from flashrepro.bench.reproduce import SCHEMA as RESULTS_SCHEMA
 from flashrepro.env import gpu_key
+from flashrepro.results import RESULTS_SCHEMA
 
 SCHEMA = "flashrepro.baseline/1"
 FLASHREPRO_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel",
@@ -191,7 +191,7 @@ def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Several runs of one environment as one results dict: each record's rounds concatenated.
 
     A baseline pooled from runs in separate processes averages out how far one process's ratio
-    sits from another's (on the H200 about 0.7 % sd, ``reproduce/NOTES.md``, Gate), which a
+    sits from another's (on the H200 about 0.7 % sd, lab/2026-11-29-gate-false-alarms/, which a
     one-run baseline passes on to every run judged against it. Round r of every record still
     comes from one interleaved round, so per-round ratios stay paired. The env block is the last
     run's; ``method`` gets the total ``rounds`` and ``pooled_runs``.

@@ -16,7 +16,7 @@ Noise model of one run (per-round medians, µs): kernel k in round r of run j is
 
 Means are the article config's on an H200 (``docs/article.md``: plain Triton kernel
 47 µs, torch flash backend 61 µs). Run ``python -m flashrepro.gate.simulate`` for the table in
-``reproduce/NOTES.md`` (Gate).
+lab/2026-11-29-gate-false-alarms/.
 """
 
 from __future__ import annotations

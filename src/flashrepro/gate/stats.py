@@ -18,7 +18,7 @@ one-sided level (2.5 % for the default 95 % interval), one on medians and one on
 false alarm needs both to be fooled. Medians and ranks make one outlier round harmless.
 A slowdown of exactly ``threshold`` is flagged at most ~2.5 % of the time whatever the noise;
 noise only lowers the power (the rate at which larger slowdowns are caught), which more rounds
-buy back. The simulated false-alarm and detection rates are in ``reproduce/NOTES.md`` (Gate).
+buy back. The simulated false-alarm and detection rates are in lab/2026-11-29-gate-false-alarms/.
 
 The resampling uses a fixed seed, so the same samples always give the same verdict.
 """

@@ -63,7 +63,7 @@ def _attn_stage(acc, l_i, m_i, q, K, V, kv_offs, stride_n, off_b, off_hkv,
         # (lo x stride can pass 2^31 on long sequences), then stepped by BLOCK_N rows (the
         # launcher keeps BLOCK_N x stride in int32). Recomputing start_n x stride in int64 each
         # step instead made ptxas serialize every wgmma of the kernel on sm_90 (warning C7515;
-        # reproduce/NOTES.md, experiment 10).
+        # lab/2026-11-29-pointer-path-wgmma-serialization/).
         k_base = K + tl.cast(lo, tl.int64) * stride_n
         v_base = V + tl.cast(lo, tl.int64) * stride_n
     for start_n in range(lo, hi, BLOCK_N):
@@ -132,7 +132,7 @@ def tile_coords(tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
     fastest and the query blocks go heaviest first. Under a causal mask query block m does
     m + 1 key blocks of work, so every head's longest blocks start in the first wave and the
     short ones fill the tail (longest-processing-time-first), while the tiles running at once
-    share their K/V in L2. Measured on the H200: reproduce/NOTES.md, experiment 4.
+    share their K/V in L2. Measured on the H200: lab/2026-11-29-l2-head-groups/.
     """
     num_m = tl.cdiv(seqlen_q, BLOCK_M)
     group = tile // (heads_per_group * num_m)

@@ -3,7 +3,7 @@
 Same algorithm and semantics as :mod:`flashrepro.kernels.fwd` (FA2 loop order, online softmax
 in base 2, delayed normalisation, causal mask ``j <= i + causal_offset``), written in Gluon,
 Triton 3.6's lower-level language, because Triton itself cannot express the overlap: it waits
-for every wgmma right after issuing it (reproduce/NOTES.md, experiment 8).
+for every wgmma right after issuing it (lab/2026-11-29-triton-softmax-overlap/).
 
 Intra-warpgroup pipelining (J. Shah et al., "FlashAttention-3", 2024, Algorithm 2): iteration j
 issues S_j = Q·K_jᵀ and O += P_{j-1}·V_{j-1} as asynchronous wgmma groups, waits for the older
@@ -39,7 +39,7 @@ def _running_max(m_i, m_block, MAX_LAG: gl.constexpr):
     """The rows' new reference max: the running max (MAX_LAG 0), or, with MAX_LAG > 0, the old
     one unless the block's exceeds it by more than MAX_LAG (log2 units), so that alpha is
     exactly 1 for most rows of most blocks and P stays <= 2^MAX_LAG (FlashAttention-4's
-    conditional rescaling, T. Dao et al., 2025; reproduce/NOTES.md, experiment 21).
+    conditional rescaling, T. Dao et al., 2025; lab/2026-11-29-conditional-rescaling/).
 
     The test is on the difference, the exponent of the block's largest P (in unmasked blocks
     ptxas fuses it with the scaling into one FFMA, as it does P's own), so rounding moves the

@@ -1,7 +1,7 @@
 """FlashAttention forward for Hopper (sm_90) in Gluon, warp-specialized and persistent as in
 FlashAttention-3.
 
-Same algorithm, semantics and softmax as :mod:`flashrepro.kernels.fwd_gluon` (its helpers are
+Same algorithm, semantics and softmax as :mod:`flashrepro.kernels.fwd_gluon` (its functions are
 reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, sections 3.1-3.2):
 
 - Producer/consumer warp specialization. One producer warp issues every TMA load; two (or three)
@@ -16,8 +16,8 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   consumer, as FA3's warp-scheduler barrier: a consumer waits with ``bar.sync`` and passes
   with ``bar.arrive``, each thread on its own. (An mbarrier turn costs a warpgroup
   ``bar.sync`` before each arrival, which Gluon inserts so that one thread can arrive for all
-  128: up to 2 % slower, equal at the article causal problem; reproduce/NOTES.md experiment
-  17.)
+  128: up to 2 % slower, equal at the article causal problem;
+  lab/2026-11-29-turn-next-q-epilogue/.)
 - Conditional rescaling (FlashAttention-4's, T. Dao et al., 2025): in the loop a row's
   reference max lags its running max by up to MAX_LAG (2^8 in P), so after most blocks no row
   of a warp has moved and the warp skips multiplying O by alpha (a vote and one branch).
@@ -38,9 +38,9 @@ overlap of :mod:`flashrepro.kernels.fwd_gluon`: the softmax of S_j runs while
 P_{j-1}·V_{j-1} is on the tensor cores.
 
 Scope as :mod:`flashrepro.kernels.fwd_gluon` (the launcher checks it). Measured on the H200:
-reproduce/NOTES.md, experiments 15-18 and 21. The synchronization is checked on the CPU by running
-this file's producer and consumer against a model of warps and barriers
-(tests/test_ws_protocol.py).
+lab/2026-11-29-warp-specialization/ to lab/2026-11-29-conditional-rescaling/. The synchronization
+is checked on the CPU by running this file's producer and consumer against a model of warps and
+barriers (tests/test_ws_protocol.py).
 """
 
 import torch
@@ -113,7 +113,7 @@ def _rescale_moved_rows(acc, alpha, m_old, m_new):
     warps where some row's reference max moved (``m_new != m_old``); elsewhere alpha is exactly
     1 and the warp skips the multiplies. Each thread holds two rows: it ORs their flags, the
     warp votes (``vote.sync.any``), and one warp-uniform branch (``bra.uni``) jumps over the
-    thread's HEAD_DIM / 2 products (reproduce/NOTES.md, experiment 21)."""
+    thread's HEAD_DIM / 2 products (lab/2026-11-29-conditional-rescaling/)."""
     o_rows: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
     warp_moved = gl.inline_asm_elementwise(
         "{ .reg .pred p, q; .reg .b32 f; or.b32 f, $2, $3; setp.ne.u32 p, f, 0; "
@@ -269,7 +269,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             # Two consumers walk the whole range: skipping measured 2 % slower at the article
             # problem (tile-boundary code), and at BLOCK_N 128 a 128-row tile leaves a block to
             # skip only in a ragged last tile or at a causal offset that is no multiple of 128
-            # (reproduce/NOTES.md, experiment 18).
+            # (lab/2026-11-29-three-consumer-tile/).
             n_own = n_blocks
         # The program's last turn (its last consumer's last block) passes to nobody, so no
         # arrival is left pending on a named barrier.

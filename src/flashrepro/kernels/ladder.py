@@ -35,7 +35,7 @@ each step of the ladder changes (``python -m flashrepro profile``):
     the code Triton emits for ``tl.dot`` on the source's GPU generation (sm_75 has no tensor-core
     path in Triton 3.x): unswizzled shared-memory tiles read with plain LDS, where the
     column-wise K read conflicts. On sm_80+ the tensor-core ``tl.dot`` reads swizzled tiles with
-    ldmatrix or wgmma instead (``reproduce/NOTES.md``, "Memory ladder (seed 004)"). They suit
+    ldmatrix or wgmma instead (lab/2026-11-29-memory-ladder/). They suit
     the source's small tiles (D = 32, 32x32 blocks); at D >= 64 the fp32 operands spill.
 
 All three mask every block (causal and ragged lengths) instead of splitting off an unmasked

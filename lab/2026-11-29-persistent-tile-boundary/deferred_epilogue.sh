@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# H200, session 8, call C: each tile's epilogue deferred under the next tile's first GEMM.
+#  1. ws_probe.py parity: the kernel against the tests' reference (persistent, 5-7 programs).
+#  2. session8_ws.py c: timed side by side with the kernel of call A (ab96de8).
+#  3. The GPU parity tests of every warp-specialized and tuned-table config.
+#
+#   git show ab96de8:src/flashrepro/kernels/fwd_gluon_ws.py > lab/2026-11-29-persistent-tile-boundary/ws_before.py
+#   echo 'COMMIT = "ab96de8"' >> lab/2026-11-29-persistent-tile-boundary/ws_before.py
+#   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=$(git rev-parse HEAD) bash lab/2026-11-29-persistent-tile-boundary/deferred_epilogue.sh
+set -uo pipefail
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD FLASHREPRO_REQUIRE_GPU=1
+OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
+trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
+python3 -m pip install -q --no-index --find-links .whl pytest pytest-xdist hypothesis
+start=$(date +%s)
+timeout 150 python3 lab/probes/ws_probe.py parity > "$W/ws_parity.txt" 2>&1
+echo "parity rc=$? [$(($(date +%s) - start)) s]"; grep -c "'ok'" "$W/ws_parity.txt"; grep FAIL "$W/ws_parity.txt" | head
+timeout 200 python3 lab/2026-11-29-persistent-tile-boundary/ws_side_by_side.py 30 c > "$W/ws_timing.txt" 2>&1
+echo "timing rc=$? [$(($(date +%s) - start)) s]"; grep -E "ws |flashrepro |cudnn" "$W/ws_timing.txt"
+timeout 150 python3 -m pytest -q -rfE -n 8 -p no:cacheprovider tests/test_parity.py \
+  -k "ws or warp_specialize or tuned or head_groups" > "$W/pytest.txt" 2>&1
+echo "pytest rc=$? [$(($(date +%s) - start)) s]"; tail -3 "$W/pytest.txt"

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The GPU workflow's steps (.github/workflows/gpu.yml), in its order and with its commands, run
+# on this host's python3 instead of inside the image: the workflow checked by hand on a GPU
+# machine. $OUT plays the job's results folder (the image's /results): it gets summary.md (what
+# the job summary shows) and the results JSON (what the job uploads).
+#
+#   OUT=/tmp/gpu-ci bash scripts/ci_steps.sh
+#
+# Exits with the status of the first failing step, as the workflow's check does (the gate:
+# 1 regression, 2 no baseline, 3 environment mismatch). Each `# step:` block below is the
+# workflow's step of that name, verbatim (tests/test_workflows.py checks it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to the folder for summary.md and the results JSON}"
+mkdir -p "$OUT"
+
+# What the job's environment, the image and .github/scripts/in-image give the steps:
+export FLASHREPRO_REQUIRE_GPU=1
+export FLASHREPRO_RESULTS_DIR="$OUT" # the image sets /results, mounted from the job's folder
+export GITHUB_STEP_SUMMARY="$OUT/summary.md"
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" # the image has flashrepro installed
+in-image() { "$@"; }
+
+# The image's Python has nox and the test extra; without PyPI, bring wheels in .whl/ (ignored
+# by git), made elsewhere with `pip download nox pytest-xdist hypothesis -d .whl`.
+if [[ -d .whl ]]; then
+  python3 -m pip install -q --no-index --find-links .whl nox pytest pytest-xdist hypothesis
+fi
+# The noxfile runs `python`; the image provides it, a bare host may only have python3.
+if ! command -v python >/dev/null; then
+  shim=$(mktemp -d)
+  ln -s "$(command -v python3)" "$shim/python"
+  export PATH="$shim:$PATH"
+fi
+
+# step: doctor (fails when no GPU is visible)
+in-image python3 -m flashrepro doctor --require-gpu
+
+# step: GPU parity tests (pytest-xdist, a worker per CPU core, at most one per 8 GiB of GPU memory)
+workers=$(in-image python3 -m flashrepro doctor --xdist-workers)
+in-image python3 -m nox --no-venv -s tests -- -m gpu -n "$workers"
+
+# step: Executed-count SASS check (Nsight Compute; skips where ncu is absent)
+in-image python3 -m nox --no-venv -s profile -- --executed
+
+# step: Reproduce the article run and gate it against this GPU's baseline
+in-image python3 -m nox --no-venv -s reproduce -- --gate

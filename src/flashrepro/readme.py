@@ -1,0 +1,132 @@
+"""``python -m flashrepro readme --check|--write``: README.md's tables, generated from the
+committed results JSON (``reproduce/results/<gpu>/reproduce.json``).
+
+Each table sits between ``<!-- begin: NAME -->`` and ``<!-- end: NAME -->`` in README.md;
+``--write`` replaces what is there, ``--check`` exits 1 when it differs (tests/test_readme.py
+runs the check). Rows and columns come from the data: every record timed is a row (a record
+named ``fa4-cute`` appears as one), and the optional per-record fields ``host_us`` (host µs per
+call) and ``eager_us`` (µs per call, eager back to back) become columns once any record has
+them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from tabulate import tabulate
+
+from flashrepro.env import REPO_ROOT
+
+README = REPO_ROOT / "README.md"
+RESULTS = REPO_ROOT / "reproduce" / "results" / "nvidia-h200" / "reproduce.json"
+MODES = {"": "causal", " (non-causal)": "non-causal", " (mma.sync)": "mma.sync, causal"}
+"""Record-name suffix -> the column group it fills (bench.reproduce's NON_CAUSAL and the
+mma.sync child's suffix)."""
+OPTIONAL = {"host_us": "host µs", "eager_us": "eager µs"}
+SASS_CLASSES = ("HMMA", "LDSM", "LDSM.MT")
+SASS_TARGET = "sm_80"
+"""The article's instruction set (mma.sync, the article's RTX GPU class)."""
+
+
+def _split(name: str) -> tuple[str, str]:
+    """``"flashrepro (non-causal)"`` -> ``("flashrepro", " (non-causal)")``."""
+    for suffix in MODES:
+        if suffix and name.endswith(suffix):
+            return name[: -len(suffix)], suffix
+    return name, ""
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
+
+
+def headline(results: dict[str, Any]) -> str:
+    """The article-config table: one row per kernel, for each mode its µs and its time ratio to
+    torch flash in the same rounds; optional fields as extra columns of the causal mode.
+
+    Raises KeyError if a record lacks ``name``, ``median_us`` or ``ratio_vs_torch_flash``."""
+    rows: dict[str, dict[str, Any]] = {}
+    modes = [s for s in MODES if any(_split(r["name"])[1] == s for r in results["records"])]
+    extra = [k for k in OPTIONAL if any(k in r for r in results["records"])]
+    for record in results["records"]:
+        base, suffix = _split(record["name"])
+        key = base if suffix != " (mma.sync)" else f"{base} (mma.sync)"
+        row = rows.setdefault(key, {"kernel": key})
+        row[suffix] = record
+    headers = ["kernel"]
+    for suffix in modes:
+        if suffix == " (mma.sync)":
+            continue
+        headers += [f"{MODES[suffix]} µs", f"{MODES[suffix]} ratio"]
+    headers += [OPTIONAL[k] for k in extra]
+    table = []
+    for key, row in rows.items():
+        line = [f"`{key}`"]
+        for suffix in modes:
+            if suffix == " (mma.sync)":
+                continue
+            rec = row.get(suffix) or (row.get(" (mma.sync)") if suffix == "" else None)
+            line += [_num(rec["median_us"]) if rec else "",
+                     _num(rec["ratio_vs_torch_flash"], 3) if rec else ""]
+        first = next(v for k, v in row.items() if k != "kernel")
+        line += [_num(first.get(k)) for k in extra]
+        table.append(line)
+    return tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+def sass(results: dict[str, Any]) -> str:
+    """The SASS counts on :data:`SASS_TARGET` (whole kernel), each beside the article's where it
+    states one (``published`` of the row). Raises KeyError without a ``sass`` section."""
+    table = []
+    for row in results["sass"]["targets"][SASS_TARGET]["rows"]:
+        counts = (row.get("counts") or {}).get("classes", {})
+        published = (row.get("published") or {}).get("counts") or {}
+        line = [f"`{row['name']}`"]
+        for cls in SASS_CLASSES:
+            said = published.get(cls)
+            line.append(f"{counts.get(cls, '')}" + (f" ({said})" if said is not None else ""))
+        table.append(line)
+    headers = ["kernel", *(f"{c} (article)" for c in SASS_CLASSES)]
+    return tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+TABLES = {"headline": headline, "sass": sass}
+
+
+def render(text: str, results: dict[str, Any]) -> str:
+    """``text`` with each marked table replaced by its generated form.
+
+    Raises ValueError when a table's markers are missing."""
+    for name, make in TABLES.items():
+        pattern = re.compile(rf"(<!-- begin: {name} -->\n).*?(<!-- end: {name} -->)", re.S)
+        if pattern.search(text) is None:
+            raise ValueError(f"README has no <!-- begin: {name} --> ... <!-- end: {name} -->")
+        match = pattern.search(text)
+        text = text[: match.end(1)] + make(results) + "\n" + text[match.start(2):]
+    return text
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--check", action="store_true", help="exit 1 if the tables drifted")
+    group.add_argument("--write", action="store_true", help="rewrite the tables in README.md")
+    parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Check or write; returns 0, or 1 when ``--check`` finds a difference."""
+    text = args.readme.read_text()
+    new = render(text, json.loads(args.results.read_text()))
+    if args.write:
+        args.readme.write_text(new)
+        return 0
+    if new != text:
+        print(f"readme: tables in {args.readme} differ from {args.results}; run "
+              "`python -m flashrepro readme --write`")
+        return 1
+    return 0

@@ -1,0 +1,27 @@
+"""Where results JSON files live and what schema they carry: shared by the writers
+(:mod:`flashrepro.bench.reproduce`, :mod:`flashrepro.bench.sweep`) and the reader
+(:mod:`flashrepro.gate.baseline`), below both in the import graph.
+
+The format is documented in ``docs/gate.md`` (results and baselines).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from flashrepro.env import REPO_ROOT
+
+RESULTS_SCHEMA = "flashrepro.results/1"
+"""The ``schema`` field of every results JSON (``reproduce.json``, ``bench.json``)."""
+RESULTS_DIR = REPO_ROOT / "reproduce" / "results"
+BASELINE_DIR = REPO_ROOT / "reproduce" / "baselines"
+
+
+def results_dir(out: Path | None, gpu_key: str) -> Path:
+    """Where results go: ``--out``, else $FLASHREPRO_RESULTS_DIR, else reproduce/results/<gpu>."""
+    if out is not None:
+        return out
+    if os.environ.get("FLASHREPRO_RESULTS_DIR"):
+        return Path(os.environ["FLASHREPRO_RESULTS_DIR"])
+    return RESULTS_DIR / gpu_key
