@@ -16,7 +16,8 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from flashrepro import ARTICLE, KernelConfig
-from flashrepro.kernels import ladder
+from flashrepro.bench import ladder
+from flashrepro.kernels.ladder import KERNEL_NAMES, VARIANTS
 from tests.conftest import HAS_GPU
 from tests.reference import FLOOR, poisoned_like, random_qkv, reference_attention
 
@@ -63,7 +64,7 @@ def test_interpreter_parity(variant: str, config: KernelConfig, lq: int, lk: int
 
 @pytest.mark.skipif(HAS_GPU, reason="interpreter matrix; the GPU matrix covers this")
 @pytest.mark.parametrize("d", [16, 64])
-@pytest.mark.parametrize("variant", ladder.VARIANTS)
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_interpreter_parity_head_dims(variant: str, d: int, device: torch.device) -> None:
     """Every variant, including the article and production rungs, through :func:`launch`."""
     q, k, v = random_qkv(1, 2, 47, 70, d, torch.float16, device)
@@ -86,8 +87,8 @@ def test_launch_rejects_bad_input(device: torch.device) -> None:
 
 def test_kernel_names_cover_variants() -> None:
     """The profiler filters launches by these names; every variant must have one."""
-    assert set(ladder.KERNEL_NAMES) == set(ladder.VARIANTS)
-    for variant, name in ladder.KERNEL_NAMES.items():
+    assert set(KERNEL_NAMES) == set(VARIANTS)
+    for variant, name in KERNEL_NAMES.items():
         assert name.endswith("_kernel"), (variant, name)
 
 
@@ -120,7 +121,7 @@ def test_gpu_parity(case: tuple, device: torch.device) -> None:
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("variant", ladder.VARIANTS)
+@pytest.mark.parametrize("variant", VARIANTS)
 def test_gpu_profile_workloads(variant: str, device: torch.device) -> None:
     """Each rung is correct on the exact problems ``python -m flashrepro profile`` measures."""
     from flashrepro.bench.profile import WORKLOADS

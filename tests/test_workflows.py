@@ -3,8 +3,9 @@
 Checks, each a function returning the problems it finds (so the negative tests below can show
 that every check fails on a bad workflow):
 - every nox session a workflow or CI script calls exists in noxfile.py;
-- no job on a self-hosted runner can be started by a fork (pull_request, pull_request_target,
-  an unguarded workflow_run, comments, ...): such jobs take only trusted events;
+- no job on a self-hosted runner can be started by a fork (pull_request_target, comments, an
+  unguarded pull_request or workflow_run, ...): such jobs take only trusted events, plus
+  ``pull_request`` when the job's ``if:`` requires the PR's head repository to be this one;
 - ``permissions`` is set at the top and grants nothing beyond ``read``;
 - every third-party action is pinned to a 40-hex commit SHA with a version comment;
 - every job has ``timeout-minutes``; every workflow or job has a ``concurrency`` group;
@@ -40,6 +41,9 @@ IN_IMAGE = ROOT / ".github" / "scripts" / "in-image"
 TRUSTED_EVENTS = frozenset({"push", "workflow_dispatch", "schedule", "release"})
 # workflow_run is trusted only when the job refuses runs started from another repository.
 WORKFLOW_RUN_GUARD = "github.event.workflow_run.head_repository.full_name == github.repository"
+# pull_request is trusted only when the job refuses pull requests whose head is in a fork.
+PULL_REQUEST_GUARD = "github.event.pull_request.head.repo.full_name == github.repository"
+NOT_A_PULL_REQUEST = "github.event_name != 'pull_request'"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 NOX_CALL = re.compile(r"(?:^|[\s(])(?:\S*/)?nox((?:[ \t]+[^\s;&|)]+)*)")
 SESSION_FLAGS = ("-s", "-e", "--session", "--sessions")
@@ -134,16 +138,72 @@ def problems_nox_sessions(shell_texts: list[str], sessions: set[str]) -> list[st
             if name not in sessions]
 
 
+def _split_top(expr: str, op: str) -> list[str]:
+    """``expr`` split at each ``op`` (``&&`` or ``||``) outside parentheses and quotes."""
+    parts, depth, quoted, start, i = [], 0, False, 0, 0
+    while i < len(expr):
+        ch = expr[i]
+        if ch == "'":
+            quoted = not quoted
+        elif not quoted and ch in "()":
+            depth += 1 if ch == "(" else -1
+        elif not quoted and depth == 0 and expr.startswith(op, i):
+            parts.append(expr[start:i])
+            start = i = i + len(op)
+            continue
+        i += 1
+    return [*parts, expr[start:]]
+
+
+def _unwrap(term: str) -> str:
+    """``term`` without whitespace at its ends and parentheses around all of it."""
+    term = term.strip()
+    while term.startswith("(") and term.endswith(")"):
+        inner = term[1:-1]
+        depth = 0
+        for ch in inner:  # "(a) && (b)" is not wrapped as a whole
+            depth += {"(": 1, ")": -1}.get(ch, 0)
+            if depth < 0:
+                return term
+        term = inner.strip()
+    return term
+
+
+def guarded(condition: Any, guard: str, event: str) -> bool:
+    """Whether a job's ``if:`` lets ``event`` through only when ``guard`` holds.
+
+    The guard must be a top-level conjunct (``A && guard``): either the guard itself or
+    ``github.event_name != '<event>' || guard`` (so that other events still run). A guard
+    joined by ``||`` to anything else, negated, or inside a step's ``if:`` does not count.
+    """
+    expr = " ".join(str(condition or "").split())
+    if expr.startswith("${{") and expr.endswith("}}"):
+        expr = expr[3:-2]
+    other_events = f"github.event_name != '{event}'"
+    for term in (_unwrap(t) for t in _split_top(_unwrap(expr), "&&")):
+        if term == guard:
+            return True
+        alternatives = sorted(_unwrap(t) for t in _split_top(term, "||"))
+        if alternatives == sorted([guard, other_events]):
+            return True
+    return False
+
+
+FORK_GUARDS = {"workflow_run": WORKFLOW_RUN_GUARD, "pull_request": PULL_REQUEST_GUARD}
+"""Events a fork can cause that a self-hosted job may take behind its guard (in ``if:``)."""
+
+
 def problems_fork_triggers(wf: dict[str, Any]) -> list[str]:
     found = []
     for job_id, job in jobs(wf).items():
         if not is_self_hosted(job):
             continue
-        guard = " ".join(str(job.get("if", "")).split())
         for event in sorted(events(wf) - TRUSTED_EVENTS):
-            if event == "workflow_run" and WORKFLOW_RUN_GUARD in guard:
+            if event in FORK_GUARDS and guarded(job.get("if"), FORK_GUARDS[event], event):
                 continue
-            found.append(f"job {job_id!r} runs on a self-hosted runner and `{event}` starts it")
+            found.append(f"job {job_id!r} runs on a self-hosted runner and `{event}` starts it"
+                         + (f" without the guard `{FORK_GUARDS[event]}` in its `if:`"
+                            if event in FORK_GUARDS else ""))
     return found
 
 
@@ -260,10 +320,33 @@ def test_workflows_call_the_developer_sessions() -> None:
 
 
 def test_gpu_workflow_is_self_hosted_and_trusted_only() -> None:
+    """Pushes and manual runs, and pull requests only behind the same-repository guard; no
+    pull_request_target, workflow_run or comment trigger at all."""
     wf = load_workflow(GPU_WORKFLOW)
     assert all(is_self_hosted(job) for job in jobs(wf).values())
-    assert events(wf) <= TRUSTED_EVENTS
+    assert events(wf) == {"push", "pull_request", "workflow_dispatch"}
     assert wf["on"]["push"]["branches"] == ["main", "release/**"]
+    assert wf["on"]["pull_request"]["branches"] == ["main", "release/**"]
+    for job_id, job in jobs(wf).items():
+        assert guarded(job.get("if"), PULL_REQUEST_GUARD, "pull_request"), job_id
+    assert not problems_fork_triggers(wf)
+
+
+def test_gpu_workflow_measures_the_pr_head_against_the_base_baselines() -> None:
+    """A pull request's run builds and gates its head commit, with the base branch's
+    committed baselines put in the tree before the image is built."""
+    wf = load_workflow(GPU_WORKFLOW)
+    job = jobs(wf)["gpu"]
+    assert "github.event.pull_request.head.sha" in job["env"]["HEAD_SHA"]
+    steps = job["steps"]
+    assert steps[0]["with"]["ref"] == "${{ env.HEAD_SHA }}"
+    base = [i for i, st in enumerate(steps)
+            if "pull_request.base.sha" in str(st.get("with", {}).get("ref", ""))]
+    copy_in = [i for i, st in enumerate(steps) if "reproduce/baselines" in st.get("run", "")
+               and "pull_request" in str(st.get("if", ""))]
+    build = [i for i, st in enumerate(steps) if "docker build" in st.get("run", "")]
+    assert base and copy_in and build and base[0] < copy_in[0] < build[0]
+    assert '--build-arg REVISION="$HEAD_SHA"' in steps[build[0]]["run"]
 
 
 def test_gpu_script_runs_the_workflow_steps() -> None:
@@ -318,8 +401,60 @@ def test_fork_trigger_found_for_every_self_hosted_form(runs_on: Any) -> None:
 
 def test_fork_triggers_allowed_on_hosted_and_guarded_workflow_run() -> None:
     assert not problems_fork_triggers(_bad(on="pull_request", job_runs_on="ubuntu-24.04"))
-    guarded = _bad(on="workflow_run", job_if=f"${{{{ {WORKFLOW_RUN_GUARD} }}}}")
-    assert not problems_fork_triggers(guarded)
+    ok = _bad(on="workflow_run", job_if=f"${{{{ {WORKFLOW_RUN_GUARD} }}}}")
+    assert not problems_fork_triggers(ok)
+
+
+@pytest.mark.parametrize("condition", [
+    PULL_REQUEST_GUARD,
+    f"${{{{ {PULL_REQUEST_GUARD} }}}}",
+    f"${{{{ {NOT_A_PULL_REQUEST} || {PULL_REQUEST_GUARD} }}}}",
+    f"${{{{ ({PULL_REQUEST_GUARD} || {NOT_A_PULL_REQUEST}) && !cancelled() }}}}",
+    f"github.repository_owner == 'x' && ({NOT_A_PULL_REQUEST}\n  || {PULL_REQUEST_GUARD})",
+])
+def test_guarded_pull_request_on_self_hosted_passes(condition: str) -> None:
+    assert not problems_fork_triggers(_bad(on=["push", "pull_request"], job_if=condition))
+
+
+@pytest.mark.parametrize("condition", [
+    None,                                                      # no guard at all
+    "github.event.pull_request.head.repo.fork == false",       # another test, not the guard
+    PULL_REQUEST_GUARD.replace("==", "!="),                    # the guard inverted
+    f"{PULL_REQUEST_GUARD} || true",                           # ORed away
+    f"${{{{ {NOT_A_PULL_REQUEST} || {PULL_REQUEST_GUARD} || github.actor == 'x' }}}}",
+    f"!({PULL_REQUEST_GUARD})",                                # negated
+    f"'{PULL_REQUEST_GUARD}'",                                 # a string, always true
+    WORKFLOW_RUN_GUARD,                                        # the other event's guard
+])
+def test_unguarded_pull_request_on_self_hosted_fails(condition: str | None) -> None:
+    wf = (_bad(on=["push", "pull_request"]) if condition is None
+          else _bad(on=["push", "pull_request"], job_if=condition))
+    assert problems_fork_triggers(wf)
+
+
+def test_pull_request_guard_on_a_step_or_another_job_fails() -> None:
+    wf = _bad(on="pull_request")
+    wf["jobs"]["gpu"]["steps"][1]["if"] = PULL_REQUEST_GUARD
+    wf["jobs"]["hosted"] = {"runs-on": "ubuntu-24.04", "if": PULL_REQUEST_GUARD, "steps": []}
+    assert problems_fork_triggers(wf) == [
+        "job 'gpu' runs on a self-hosted runner and `pull_request` starts it without the guard "
+        f"`{PULL_REQUEST_GUARD}` in its `if:`"]
+
+
+@pytest.mark.parametrize("on", ["pull_request_target", "issue_comment",
+                                "pull_request_review_comment", "pull_request_review",
+                                "discussion_comment", "merge_group"])
+def test_forbidden_triggers_fail_even_with_the_guard(on: str) -> None:
+    wf = _bad(on=on, job_if=f"{PULL_REQUEST_GUARD} && {WORKFLOW_RUN_GUARD}")
+    assert problems_fork_triggers(wf)
+
+
+def test_the_real_gpu_workflow_fails_without_its_guard() -> None:
+    """Not vacuous on the file itself: gpu.yml with its job's ``if:`` removed is caught."""
+    wf = load_workflow(GPU_WORKFLOW)
+    for job in jobs(wf).values():
+        job.pop("if", None)
+    assert problems_fork_triggers(wf)
 
 
 @pytest.mark.parametrize("permissions", [None, "write-all", {"contents": "write"}])

@@ -21,7 +21,7 @@ import traceback
 import torch
 from tabulate import tabulate
 
-from flashrepro.api import _heads_per_group
+from flashrepro.launch import _heads_per_group
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds

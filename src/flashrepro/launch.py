@@ -31,13 +31,12 @@ from triton.compiler import CompiledKernel
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from flashrepro.configs import NAMED, TRITON_FALLBACK, KernelConfig, default_config, launch_arch
-from flashrepro.kernels import fwd_gluon, fwd_gluon_ws
+from flashrepro.kernels import LOG2_E, fwd_gluon, fwd_gluon_ws
 from flashrepro.kernels.call import IO_ARGS, KernelCall, rebind_io
 from flashrepro.kernels.fwd import attn_fwd_kernel
 from flashrepro.validation import _check_flag, check_out, interpreter_mode, validate
 
 INT32_LIMIT = 2**31  # Triton passes an int argument below this as int32, else as int64
-LOG2_E = 1.4426950408889634
 MAX_PLANS = 1024
 """Plans kept before the cache starts over (a model has a handful of attention signatures)."""
 

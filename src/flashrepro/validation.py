@@ -19,7 +19,6 @@ MAX_HEAD_DIM = 256
 MAX_PROGRAMS = 2**31 - 1  # CUDA's limit on gridDim.x (one program per head and query block)
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (the article kernel's B·H)
 INT32_LIMIT = 2**31  # Triton passes an int argument below this as int32, else as int64
-LOG2_E = 1.4426950408889634
 
 CausalAlignment = Literal["top_left", "bottom_right"]
 

@@ -17,8 +17,9 @@ import sys
 
 import torch
 
+from flashrepro.bench.ladder import launch
 from flashrepro.configs import KernelConfig
-from flashrepro.kernels.ladder import VARIANTS, launch
+from flashrepro.kernels.ladder import VARIANTS
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
 

@@ -114,6 +114,26 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
     return records
 
 
+def timing_method(rounds: int, calls: int) -> dict[str, Any]:
+    """The results' ``method`` block: timer, L2 handling, busy-wait, statistic, ``rounds`` and
+    ``calls_per_round`` (the gate compares timer, l2, calls_per_round and busy_wait_cycles with
+    its baseline's). Measures the busy-wait on the current GPU (:func:`busy_wait_us`).
+
+    Raises:
+        RuntimeError: when no CUDA device is available.
+    """
+    return {
+        "timer": "cuda-events per call (flashrepro.bench.timing.time_calls)",
+        "l2": "flushed before every call (256 MiB buffer zeroed)",
+        "launch": (f"GPU busy-wait ({busy_wait_us():.0f} µs) queued before each call "
+                   "hides host launch overhead"),
+        "busy_wait_cycles": SLEEP_CYCLES,
+        "statistic": "median of per-round medians; ratio = median of per-round ratios",
+        "rounds": rounds,
+        "calls_per_round": calls,
+    }
+
+
 def _mma_sync_records(args: argparse.Namespace) -> list[dict[str, Any]]:
     """The flashrepro rows and torch flash, re-timed in a child with ``DISABLE_MMA_V3=1``."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -197,19 +217,9 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
         "clocks_after": env.nvml_clocks(),
         "problem": problem.as_dict(),
         "published": published,
-        "method": {
-            "timer": "cuda-events per call (flashrepro.bench.timing.time_calls)",
-            "l2": "flushed before every call (256 MiB buffer zeroed)",
-            "launch": (f"GPU busy-wait ({busy_wait_us():.0f} µs) queued before each call "
-                       "hides host launch overhead"),
-            "busy_wait_cycles": SLEEP_CYCLES,
-            "statistic": "median of per-round medians; ratio = median of per-round ratios",
-            "rounds": args.rounds,
-            "calls_per_round": args.calls,
-            "layouts": peers.layouts_note(KERNELS),
-            "host_us": HOST_METHOD,
-            "eager_us": EAGER_METHOD,
-        },
+        "method": {**timing_method(args.rounds, args.calls),
+                   "layouts": peers.layouts_note(KERNELS), "host_us": HOST_METHOD,
+                   "eager_us": EAGER_METHOD},
         "records": records,
     }
     if sass is not None:

@@ -41,7 +41,8 @@ each step of the ladder changes (``python -m flashrepro profile``):
 All three mask every block (causal and ragged lengths) instead of splitting off an unmasked
 stage: they are rungs for measuring memory traffic, not tuned kernels. The article's kernel
 (:mod:`flashrepro.kernels.article`) and the production kernel (:mod:`flashrepro.kernels.fwd`)
-are the ladder's other rungs; :func:`launch` runs any of the five by name.
+are the ladder's other rungs; :func:`flashrepro.bench.ladder.launch` runs any of the five by
+name.
 
 Scope: fp16/bf16, power-of-two head dims 16..256, equal query and key/value heads, top-left
 causal alignment (SDPA's ``is_causal``), any Lq >= 0 and Lk >= 1.
@@ -49,22 +50,17 @@ causal alignment (SDPA's ``is_causal``), any Lq >= 0 and Lk >= 1.
 
 from __future__ import annotations
 
-import math
-
 import torch
 import triton
 import triton.language as tl
 
-from flashrepro.api import article_attention, attention
-from flashrepro.configs import KernelConfig, default_config
-from flashrepro.launch import LOG2_E
-from flashrepro.validation import check_out, validate
+from flashrepro.configs import KernelConfig
 
 VARIANTS: tuple[str, ...] = ("v1", "v2_kcol", "v2_kt", "v2_kcol_fma", "v2_kt_fma", "article",
                              "fwd")
 """Every rung of the ladder, in ladder order."""
 
-_V2_MODES: dict[str, tuple[bool, bool]] = {  # variant -> (K pre-transposed, CUDA-core dot)
+V2_MODES: dict[str, tuple[bool, bool]] = {  # variant -> (K pre-transposed, CUDA-core dot)
     "v2_kcol": (False, False),
     "v2_kt": (True, False),
     "v2_kcol_fma": (False, True),
@@ -230,8 +226,10 @@ def ladder_v2_kernel(Q, K, V, O,
              o.to(O.dtype.element_ty), mask=rows[:, None])
 
 
-def _launch_v1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+def launch_v1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                causal: bool, qk_scale: float, cfg: KernelConfig) -> None:
+    """Launch :func:`ladder_v1_kernel` (one program per head): o from q, k, v (B, H, L, D);
+    qk_scale is sm_scale·log2(e)."""
     b, h, lq, d = q.shape
     acc = torch.empty((b, h, lq, d), dtype=torch.float32, device=q.device)
     stats = torch.empty((2, b, h, lq), dtype=torch.float32, device=q.device)
@@ -244,9 +242,11 @@ def _launch_v1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tenso
     )
 
 
-def _launch_v2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+def launch_v2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                causal: bool, qk_scale: float, cfg: KernelConfig, k_transposed: bool,
                fma_dot: bool) -> None:
+    """Launch :func:`ladder_v2_kernel`: K read column-wise or pre-transposed
+    (``k_transposed``), Q·Kᵀ on tensor cores or CUDA cores (``fma_dot``)."""
     b, h, lq, d = q.shape
     if k_transposed:
         kt = k.transpose(-1, -2).contiguous()  # (B, H, D, Lk): the source's fix 1
@@ -263,59 +263,3 @@ def _launch_v2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tenso
         HEAD_DIM=d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal, FMA_DOT=fma_dot,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )
-
-
-def launch(variant: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-           causal: bool = False, scale: float | None = None,
-           config: KernelConfig | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Run one rung of the ladder: ``softmax(q·kᵀ·scale + mask)·v``, forward only.
-
-    Args:
-        variant: one of :data:`VARIANTS`: ``'v1'``, ``'v2_kcol'``, ``'v2_kt'``,
-            ``'v2_kcol_fma'``, ``'v2_kt_fma'``, ``'article'`` (:func:`flashrepro.article_attention`)
-            or ``'fwd'`` (:func:`flashrepro.attention`).
-        q: (B, H, Lq, D) fp16 or bf16, D a power of two in 16..256; CUDA (or the CPU under
-            ``TRITON_INTERPRET=1``).
-        k, v: (B, H, Lk, D), q's dtype and device, Lk >= 1.
-        causal: top-left causal mask, as SDPA's ``is_causal``.
-        scale: softmax scale, default 1/sqrt(D).
-        config: tiles, warps and pipelining stages; default
-            :func:`flashrepro.configs.default_config` for D. ``'article'`` needs BLOCK_M to be
-            a multiple of BLOCK_N.
-        out: optional (B, H, Lq, D) output tensor of q's dtype.
-
-    Returns:
-        o, (B, H, Lq, D) in q's dtype.
-
-    Raises:
-        TypeError, ValueError: bad inputs (see :func:`flashrepro.validation.validate`); an unknown
-            variant; a head dim that is not a power of two in 16..256; Lk = 0; a config that
-            does not fit the GPU.
-    """
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, got {variant!r}")
-    validate(q, k, v, scale=scale, enable_gqa=False, causal_alignment="top_left")
-    lq, d = q.shape[2], q.shape[3]
-    if d < 16 or d & (d - 1):
-        raise ValueError(f"the ladder kernels need a power-of-two head dim >= 16, got D={d}")
-    if k.shape[2] < 1:
-        raise ValueError("k and v need at least one key row (Lk >= 1), got Lk=0")
-    cfg = config if config is not None else default_config(d, causal, lq, None)
-    if variant == "fwd":
-        return attention(q, k, v, causal=causal, scale=scale, config=cfg, out=out)
-    if variant == "article":
-        return article_attention(q, k, v, causal=causal, scale=scale, config=cfg, out=out)
-    o = check_out(out, q)
-    if o.numel() == 0:
-        return o
-    qk_scale = (1.0 / math.sqrt(d) if scale is None else float(scale)) * LOG2_E
-    try:
-        if variant == "v1":
-            _launch_v1(q, k, v, o, causal, qk_scale, cfg)
-        else:
-            k_transposed, fma_dot = _V2_MODES[variant]
-            _launch_v2(q, k, v, o, causal, qk_scale, cfg, k_transposed, fma_dot)
-    except triton.runtime.errors.OutOfResources as exc:
-        raise ValueError(f"config {cfg.label()} does not fit this GPU for variant {variant}, "
-                         f"D={d}: {exc}") from exc
-    return o

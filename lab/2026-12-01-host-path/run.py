@@ -1,0 +1,88 @@
+"""Host cost of one eager attention call at the article problem, each way of calling it.
+
+    PYTHONPATH=src python lab/2026-12-01-host-path/run.py [--out DIR]
+
+Rows: flashrepro's full path (the plan cache emptied before every call: validation, kernel
+choice, descriptors, Triton's binder), its launch-plan path (the default), the torch operator
+called eagerly, torch SDPA with cuDNN and with flash, and FA4's CuTe kernel where
+``flash_attn.cute`` imports. Columns: host µs per call (issued while a busy-wait keeps the GPU
+busy, so the queue never blocks: :func:`flashrepro.bench.timing.host_times`), eager µs per
+call (back to back, synchronised once: :func:`flashrepro.bench.timing.eager_us_per_call`), and
+the kernel's own µs (CUDA events, L2 flushed). Medians of 5 repeats of 200 calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+from tabulate import tabulate
+
+import flashrepro
+from flashrepro import env, launch
+from flashrepro.bench import peers
+from flashrepro.bench.timing import eager_us_per_call, host_times, time_calls
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0], allow_abbrev=False)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    b, h, lq, d = 2, 16, 1024, 128
+    q, k, v = (torch.randn(b, h, lq, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    def full() -> object:
+        launch.clear_plans()
+        return flashrepro.attention(q, k, v, causal=True)
+
+    def sdpa_with(backend: SDPBackend):
+        def fn() -> object:
+            with sdpa_kernel(backend):
+                return sdpa(q, k, v, is_causal=True)
+        return fn
+
+    fns = {
+        "flashrepro, full path": full,
+        "flashrepro, launch plan": lambda: flashrepro.attention(q, k, v, causal=True),
+        "torch.ops.flashrepro.attention": lambda: torch.ops.flashrepro.attention(
+            q, k, v, True, None, False, "top_left", None),
+        "sdpa cudnn": sdpa_with(SDPBackend.CUDNN_ATTENTION),
+        "sdpa flash": sdpa_with(SDPBackend.FLASH_ATTENTION),
+    }
+    fa4 = peers.import_error("fa4-cute")
+    if fa4 is None:
+        from flash_attn.cute import flash_attn_func
+        qn, kn, vn = (t.transpose(1, 2).contiguous() for t in (q, k, v))
+        fns["fa4-cute"] = lambda: flash_attn_func(qn, kn, vn, causal=True)
+    rows, raw = [], {}
+    for name, fn in fns.items():
+        for _ in range(5):
+            fn()
+        torch.cuda.synchronize()
+        host = statistics.median(statistics.median(host_times(fn, 200)) for _ in range(5))
+        eager = statistics.median(eager_us_per_call(fn, 200) for _ in range(5))
+        kernel = statistics.median(time_calls(fn, 50))
+        raw[name] = {"host_us": host, "eager_us": eager, "kernel_us": kernel}
+        rows.append([name, f"{host:.1f}", f"{eager:.1f}", f"{kernel:.1f}"])
+    table = tabulate(rows, headers=["call", "host µs/call", "eager µs/call", "kernel µs"])
+    meta = env.capture()
+    text = (f"B={b} H={h} L={lq} D={d} fp16 causal; {meta['gpu']['name'] if meta['gpu'] else ''}"
+            f", torch {meta['torch']}, triton {meta['triton']}, {meta['date']}"
+            + ("" if fa4 is None else f"; fa4-cute not run: {fa4}") + "\n\n" + table)
+    print(text)
+    if args.out:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "host_path.json").write_text(json.dumps({"env": meta, "rows": raw}, indent=1))
+        (args.out / "host_path.md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
