@@ -21,11 +21,11 @@ import traceback
 import torch
 from tabulate import tabulate
 
-from flashrepro.launch import _heads_per_group
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.kernels import fwd_gluon
+from flashrepro.launch import _heads_per_group
 from tests.reference import assert_parity, poisoned_like, random_qkv
 
 LOG2_E = 1.4426950408889634
