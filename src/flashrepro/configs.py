@@ -297,10 +297,11 @@ def _tuned_table() -> dict[str, KernelConfig]:
 def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None) -> KernelConfig:
     """The configuration the default launch uses (no tuning at call time).
 
-    Looks up the committed table ``flashrepro/tuned.json`` (package data) (written by ``python -m flashrepro
-    tune`` on the GPU it describes) by arch, head dim (padded to a power of two), causal and
-    :func:`length_bucket`; off the table, a rule that fits every arch's shared memory:
-    64x64, 4 warps, 3 stages up to D = 64; for 64 < D <= 128 the same on wgmma and tcgen05 archs
+    Looks up the committed table ``flashrepro/tuned.json`` (package data, written by
+    ``python -m flashrepro tune`` on the GPU it describes) by arch, head dim (padded to a power
+    of two), causal and :func:`length_bucket`; off the table, a rule that fits every arch's
+    shared memory: 64x64, 4 warps, 3 stages up to D = 64; for 64 < D <= 128 the same on wgmma
+    and tcgen05 archs
     and in the interpreter, and :data:`P_IN_REGISTERS` on the mma.sync path
     (:func:`mma_sync_arch`: sm_80/86/89, sm_90 with ``DISABLE_MMA_V3=1``, sm_120/121);
     64x32, 2 stages above D = 128.
