@@ -243,3 +243,42 @@ def test_gate_verdict_json_is_written_not_the_input(tmp_path: Path) -> None:
     assert cli_main(["gate", "--results", str(bad), "--verdict-json",
                      str(tmp_path / "v.json")]) == 4
     assert bad.read_text() == before
+
+
+# -- nox -s docker: a client that cannot build --
+
+def _noxfile() -> Any:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", REPO / "noxfile.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_docker(path: Path, version: str, buildx: bool) -> Path:
+    path.write_text("#!/bin/sh\n"
+                    f'[ "$1" = --version ] && echo "Docker version {version}, build a" '
+                    "&& exit 0\n"
+                    f'[ "$1" = buildx ] && exit {0 if buildx else 1}\n'
+                    "exit 1\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_docker_client_without_buildx_is_explained(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    nf = _noxfile()
+    (tmp_path / "new").mkdir()
+    (tmp_path / "old").mkdir()
+    new = _fake_docker(tmp_path / "new" / "docker", "28.2.2", buildx=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "new"))
+    problem = nf.docker_client_problem(str(new))
+    assert problem is not None and "without the buildx plugin" in problem
+    assert "install the buildx plugin" in problem and "DOCKER=/usr/bin/docker" in problem
+    old = _fake_docker(tmp_path / "old" / "docker", "20.10.24+dfsg1", buildx=False)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path / "new"), str(tmp_path / "old")]))
+    assert f"DOCKER={old} nox -s docker" in nf.docker_client_problem(str(new))
+    assert nf.docker_client_problem(str(old)) is None
+    assert nf.docker_client_problem(str(_fake_docker(tmp_path / "x", "28.2.2", True))) is None
+    assert "no working Docker client" in nf.docker_client_problem(str(tmp_path / "missing"))
