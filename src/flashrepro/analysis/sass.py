@@ -235,7 +235,7 @@ def format_tables(report: dict[str, Any], markdown: bool = False, wide: bool = F
     """One table per arch of a :func:`sass_report` dict: GitHub markdown with every class
     (``markdown``), plain text with every class and a wrapped status column (``wide``, about
     235 columns), or by default plain text with :data:`COMPACT_CLASSES` and each status as a
-    numbered note under its table (about 115 columns)."""
+    numbered note under its table (about 120-140 columns: the longest kernel name decides)."""
     full = markdown or wide
     classes = CLASS_NAMES if full else COMPACT_CLASSES
     torch_side = report["torch_lib"] or f"torch {report['torch']} (no CUDA library)"
