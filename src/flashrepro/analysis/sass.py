@@ -202,8 +202,7 @@ COMPACT_CLASSES = ("HMMA", "HGMMA", "LDSM", "LDSM.MT", "LDS", "STS", "MUFU.EX2",
 """The classes of the terminal's default table; the full one (every class of
 :data:`~flashrepro.analysis.disasm.CLASS_NAMES`) is in ``--markdown``, ``--json`` and ``--wide``."""
 NOTES_WIDTH = 100
-"""Characters per line of the compact table's numbered notes (the table stays within about
-120 columns)."""
+"""Characters per line of the compact table's numbered notes and its header lines."""
 WIDE_STATUS_WIDTH = 56
 
 
