@@ -34,8 +34,8 @@ ENV VIRTUAL_ENV=/opt/venv \
     PYTHONUNBUFFERED=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
-# Python dependencies from the hashed lock (torch, triton, test and plot extras, nox). The
-# host's CA bundle, if given as the BuildKit secret "ca_bundle", is pip's trust store (for
+# Python dependencies from the hashed lock (torch, triton, the test, plot, fa4 and models extras,
+# nox). The host's CA bundle, if given as the BuildKit secret "ca_bundle", is pip's trust store (for
 # builds behind a TLS-inspecting proxy); it is never written into a layer.
 ARG LOCK=requirements/gpu.lock
 COPY ${LOCK} /opt/requirements.lock

@@ -5,10 +5,13 @@
 ``nox -s reproduce``  the article run: timings vs torch (GPU) + SASS table; results JSON
 ``nox -s bench``      the L x D x causal sweep (GPU)
 ``nox -s profile``    Nsight Compute executed counts and memory metrics (GPU + ncu)
-``nox -s gate``       a results JSON against its per-GPU baseline (``-- --results PATH``)
+``nox -s gate``       a results JSON against its per-GPU baseline (``-- --results PATH``); the
+                      file is only read, the verdict goes to ``--summary``/``--verdict-json``
 ``nox -s lint``       ruff (+ hadolint, actionlint)
 ``nox -s doctor``     what GPU, driver and software this environment sees
 ``nox -s docker``     build the Docker image, run ``tests`` and ``sass`` inside it (CPU)
+``nox -s wheel``      build an sdist and a wheel, install the wheel in a fresh venv outside the
+                      checkout, run tests/smoke_wheel.py there (CPU, interpreter)
 
 Inside the Docker image run ``nox --no-venv -s ...``: sessions then use the image's Python.
 Arguments after ``--`` go to the underlying command.
@@ -20,6 +23,8 @@ import datetime as dt
 import os
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import nox
 
@@ -32,12 +37,38 @@ def _has_gpu() -> bool:
     return shutil.which("nvidia-smi") is not None
 
 
+SIZES = {
+    "requirements/cpu.in": "torch 2.13.0 CPU build and triton 3.6.0: about 190 MB each to "
+                           "download, about 1.4 GB installed",
+    "requirements/gpu.in": "torch 2.11.0 with CUDA 13.0, its nvidia-* CUDA libraries and "
+                           "triton 3.6.0: a few GB to download, about 5 GB installed",
+}
+"""What each requirements file brings, said before pip starts (rough figures: ``pip download
+-r FILE`` and ``du -sh`` of the venv's site-packages measure them)."""
+
+
+def _install_torch(session: nox.Session, requirements: str, python: str | None = None) -> None:
+    """Install ``requirements`` (torch, triton, numpy) with pip's own progress shown, after a
+    line saying what comes and how large it is; into ``python``'s environment when given."""
+    when = ("every run: a fresh venv" if python is not None else
+            "the first run; later runs reuse the venv")
+    session.log(f"installing {requirements}: {SIZES[requirements]}; minutes on {when} "
+                "(pip's progress follows)")
+    if python is None:
+        session.install("-r", requirements, silent=False)
+    else:
+        session.run(python, "-m", "pip", "install", "-r", requirements, external=True,
+                    silent=False)
+
+
 def _install(session: nox.Session, *extras: str) -> None:
     """Install the pinned torch/triton for this host, then the package with ``extras``."""
     if session.venv_backend == "none":
         return  # the Docker image (or the user's own env) already holds everything
-    session.install("-r", "requirements/gpu.in" if _has_gpu() else "requirements/cpu.in")
-    session.install("-e", f".[{','.join(extras)}]" if extras else ".")
+    _install_torch(session, "requirements/gpu.in" if _has_gpu() else "requirements/cpu.in")
+    target = f".[{','.join(extras)}]" if extras else "."
+    session.log(f"installing flashrepro (editable) and its dependencies: {target}")
+    session.install("-e", target, silent=False)
 
 
 @nox.session
@@ -96,6 +127,36 @@ def doctor(session: nox.Session) -> None:
     session.run("python", "-m", "flashrepro", "doctor", *session.posargs)
 
 
+@nox.session
+def wheel(session: nox.Session) -> None:
+    """Build an sdist and a wheel (``python -m build``: the wheel is built from the sdist),
+    install the wheel with requirements/cpu.in into a fresh venv in a temporary folder outside
+    the checkout, and run tests/smoke_wheel.py there under ``TRITON_INTERPRET=1``: the import is
+    the installed package's, ``default_config`` returns the packaged tuned table's entry, and
+    ``attention`` matches a float64 reference on the CPU."""
+    session.log("installing build (PyPA's builder, well under 1 MB)")
+    session.install("build")
+    tmp = Path(tempfile.mkdtemp(prefix="flashrepro-wheel-"))
+    try:
+        dist = tmp / "dist"
+        session.run("python", "-m", "build", "--outdir", str(dist), ".")
+        wheels = sorted(dist.glob("flashrepro-*.whl"))
+        if len(wheels) != 1 or not list(dist.glob("flashrepro-*.tar.gz")):
+            session.error(f"python -m build left {sorted(p.name for p in dist.iterdir())} in "
+                          f"{dist}: expected one sdist and one wheel")
+        session.run("python", "-m", "venv", str(tmp / "venv"))
+        python = str(tmp / "venv" / "bin" / "python")
+        _install_torch(session, "requirements/cpu.in", python)
+        session.log(f"installing {wheels[0].name} (and its dependencies) into {tmp / 'venv'}")
+        session.run(python, "-m", "pip", "install", str(wheels[0]), external=True)
+        shutil.copy("tests/smoke_wheel.py", tmp)
+        with session.chdir(tmp):  # not the checkout: its src/ must not be importable
+            session.run(python, "smoke_wheel.py", external=True,
+                        env={"TRITON_INTERPRET": "1", "PYTHONPATH": ""})
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _actionlint(session: nox.Session) -> None:
     """actionlint on .github/workflows (config: .github/actionlint.yaml), when installed.
 
@@ -131,6 +192,78 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() or None
 
 
+def _docker_version(cli: str) -> tuple[int, ...] | None:
+    """The client's version from ``CLI --version`` ("Docker version 28.2.2, build ..."); None
+    when it does not run."""
+    try:
+        out = subprocess.run([cli, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    words = out.stdout.replace(",", " ").split()
+    if out.returncode != 0 or "version" not in words:
+        return None
+    text = words[words.index("version") + 1] if words.index("version") + 1 < len(words) else ""
+    parts = [int(p) for p in text.split(".")[:2] if p.isdigit()]
+    return tuple(parts) if parts else None
+
+
+def _has_buildx(cli: str) -> bool:
+    try:
+        return subprocess.run([cli, "buildx", "version"], capture_output=True,
+                              timeout=30).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def docker_client_problem(cli: str) -> str | None:
+    """Why ``cli`` cannot build the Dockerfile (it uses ``RUN --mount``, so BuildKit), with
+    what to do; None when it can.
+
+    Docker 23 and newer build with BuildKit only through the buildx plugin; a client without
+    it fails with "BuildKit is enabled but the buildx component is missing or broken". Older
+    clients (20.10) have BuildKit built in (``DOCKER_BUILDKIT=1``).
+    """
+    version = _docker_version(cli)
+    if version is None:
+        return (f"no working Docker client {cli!r}: install Docker (docs/docker.md), or point "
+                "nox at one with DOCKER=/path/to/docker")
+    if version < (23,) or _has_buildx(cli):
+        return None
+    others = []
+    for folder in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin"]:
+        candidate = os.path.join(folder, "docker")
+        if (os.path.isfile(candidate) and os.access(candidate, os.X_OK)
+                and os.path.realpath(candidate) != os.path.realpath(shutil.which(cli) or cli)
+                and candidate not in others):
+            v = _docker_version(candidate)
+            if v is not None and (v < (23,) or _has_buildx(candidate)):
+                others.append(candidate)
+    fix = (f"use that client: DOCKER={others[0]} nox -s docker" if others else
+           "install the buildx plugin (Docker's apt repository: docker-buildx-plugin; Debian "
+           "and Ubuntu: docker-buildx; or the docker-buildx binary from "
+           "github.com/docker/buildx/releases as ~/.docker/cli-plugins/docker-buildx), or "
+           "point nox at a client with BuildKit built in, e.g. Debian's docker.io 20.10: "
+           "DOCKER=/usr/bin/docker nox -s docker")
+    found = f"; {others[0]} can" if others else ""
+    return (f"{cli} is Docker {'.'.join(map(str, version))} without the buildx plugin, so it "
+            f"cannot build with BuildKit, which the Dockerfile needs (RUN --mount){found}. "
+            f"To fix: {fix}")
+
+
+def docker_daemon_problem(cli: str) -> str | None:
+    """Why ``cli`` cannot reach a Docker daemon, with what to do; None when it can."""
+    try:
+        out = subprocess.run([cli, "info"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{cli} info failed: {exc}"
+    if out.returncode == 0:
+        return None
+    return (f"{cli} cannot reach a Docker daemon ({(out.stderr.strip().splitlines() or [''])[-1]})."
+            " Start it: with systemd `sudo systemctl start docker`; without systemd (a container,"
+            " WSL) `sudo dockerd > /tmp/dockerd.log 2>&1 &`, then wait until `docker info` "
+            "answers (docs/docker.md)")
+
+
 @nox.session(venv_backend="none")
 def docker(session: nox.Session) -> None:
     """Build the image and run ``tests`` and ``sass`` inside it on the CPU (docs/docker.md).
@@ -138,9 +271,14 @@ def docker(session: nox.Session) -> None:
     Arguments after ``--`` go to ``docker build``, e.g. ``--build-arg BASE_IMAGE=...`` or
     ``--build-arg SOURCE=<repository URL>`` (not taken from git: a remote URL may hold a token). The
     host's CA bundle ($SSL_CERT_FILE, else Debian's) goes in as the BuildKit secret
-    ``ca_bundle``. $FLASHREPRO_IMAGE names the image (flashrepro:dev), $DOCKER the client.
+    ``ca_bundle``. $FLASHREPRO_IMAGE names the image (flashrepro:dev), $DOCKER the client. A
+    client without BuildKit (Docker 23+ without buildx) or without a daemon stops the session
+    first, saying what to do (:func:`docker_client_problem`, :func:`docker_daemon_problem`).
     """
     docker_cli = os.environ.get("DOCKER", "docker")
+    for problem in (docker_client_problem(docker_cli), docker_daemon_problem(docker_cli)):
+        if problem:
+            session.error(problem)
     image = os.environ.get("FLASHREPRO_IMAGE", "flashrepro:dev")
     labels = {
         "VERSION": nox.project.load_toml("pyproject.toml")["project"]["version"],

@@ -217,7 +217,7 @@ def _markdown(result: dict[str, Any]) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     p.add_argument("--runs", type=int, default=20, help="gate runs per scenario")
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--calls", type=int, default=10, help="calls per kernel and round")

@@ -129,6 +129,16 @@ def test_heads_mismatch_without_gqa(qkv) -> None:
         flashrepro.attention(q, k[:, :2], v[:, :2])
 
 
+@pytest.mark.parametrize("h_q", [2, 3])
+def test_heads_mismatch_not_a_group_does_not_suggest_gqa(qkv, h_q: int) -> None:
+    """k/v with 4 heads and q with 2 (or 3): enable_gqa=True would fail too (H must be a
+    multiple of H_kv), so the message must not suggest it."""
+    q, k, v = qkv
+    with pytest.raises(ValueError, match=rf"^k and v must have q's head count H={h_q}, "
+                                         r"got 4$"):
+        flashrepro.attention(q[:, :h_q], k, v)
+
+
 @pytest.mark.parametrize("h_kv", [3, 0])
 def test_heads_not_a_multiple_with_gqa(qkv, h_kv: int) -> None:
     q, k, v = qkv

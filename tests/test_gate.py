@@ -366,15 +366,20 @@ def test_cli_exit_codes_summary_and_results(tmp_path: Path,
     bdir = tmp_path / "baselines"
     args = ["gate", "--baseline-dir", str(bdir)]
     res = _write(tmp_path / "r.json", _run(1))
-    assert cli_main([*args, "--results", str(res)]) == ExitCode.NO_BASELINE
-    assert json.loads(res.read_text())["gate"]["status"] == "no-baseline"
+    verdict = tmp_path / "verdicts" / "v.json"
+    assert cli_main([*args, "--results", str(res), "--verdict-json", str(verdict)]) == \
+        ExitCode.NO_BASELINE
+    assert json.loads(verdict.read_text())["status"] == "no-baseline"
     assert cli_main([*args, "--results", str(res), "--update-baseline"]) == ExitCode.PASS
     assert (bdir / "nvidia-h200" / f"{ARTICLE_KEY}.json").is_file()
     slow = _write(tmp_path / "slow.json", _run(5, slowdown=0.05))
     summary = tmp_path / "out" / "gate.md"
-    assert cli_main([*args, "--results", str(slow), "--summary", str(summary)]) == 1
+    slow_text = slow.read_text()
+    assert cli_main([*args, "--results", str(slow), "--summary", str(summary),
+                     "--verdict-json", str(verdict)]) == 1
     assert "REGRESSION (exit 1)" in summary.read_text()
-    assert json.loads(slow.read_text())["gate"]["comparisons"][0]["slower"] is True
+    assert json.loads(verdict.read_text())["comparisons"][0]["slower"] is True
+    assert slow.read_text() == slow_text, "gate rewrote its --results input"
     text = step.read_text()
     assert text.startswith("earlier step\n") and "REGRESSION (exit 1)" in text
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))  # in-image's /results/summary.md
@@ -691,8 +696,11 @@ def test_cli_pools_several_results_only_for_a_baseline(tmp_path: Path,
     args = ["gate", "--baseline-dir", str(tmp_path / "b"), "--results", *map(str, paths)]
     assert cli_main(args) == ExitCode.BAD_INPUT
     assert "only with --update-baseline" in capsys.readouterr().err
-    assert cli_main([*args, "--update-baseline"]) == ExitCode.PASS
-    assert all(json.loads(p.read_text())["gate"]["status"] == "baseline-updated" for p in paths)
+    before = [p.read_text() for p in paths]
+    verdict = tmp_path / "v.json"
+    assert cli_main([*args, "--update-baseline", "--verdict-json", str(verdict)]) == ExitCode.PASS
+    assert json.loads(verdict.read_text())["status"] == "baseline-updated"
+    assert [p.read_text() for p in paths] == before, "gate rewrote its --results inputs"
 
 
 # -- review findings: only reproduce results, and a GPU key that is its name's --

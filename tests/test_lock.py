@@ -22,7 +22,7 @@ else:  # pragma: no cover
 ROOT = Path(__file__).resolve().parents[1]
 LOCK = ROOT / "requirements" / "gpu.lock"
 INPUTS = [ROOT / "requirements" / "gpu.in", ROOT / "requirements" / "image.in"]
-LOCKED_EXTRAS = ("test", "plot", "fa4")
+LOCKED_EXTRAS = ("test", "plot", "fa4", "models")
 
 
 def parse_lock(text: str) -> dict[str, list[tuple[Requirement, list[str]]]]:

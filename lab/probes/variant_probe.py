@@ -73,7 +73,7 @@ def problems() -> list[Problem]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--problems", type=int, default=len(problems()))
     parser.add_argument("variants", nargs="*", help="LABEL=PATH of a saved kernel module")

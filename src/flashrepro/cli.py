@@ -34,17 +34,33 @@ developers)."""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="flashrepro", description=DESCRIPTION)
+    """The ``flashrepro`` parser: one subparser per :data:`COMMANDS` entry, options spelled out
+    in full (``allow_abbrev=False``: ``--round 3`` is an error, not ``--rounds 3``)."""
+    parser = argparse.ArgumentParser(prog="flashrepro", description=DESCRIPTION,
+                                     allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
+        p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         p.set_defaults(module=module)
         importlib.import_module(module).add_arguments(p)
     return parser
 
 
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """Parse ``argv``; an unknown option after a subcommand is reported with that
+    subcommand's usage line (argparse would show the top-level one), exit status 2."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        subparsers = next(a for a in parser._actions
+                          if isinstance(a, argparse._SubParsersAction))
+        subparsers.choices[args.command].error(
+            f"unrecognized arguments: {' '.join(unknown)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse(argv)
     return int(importlib.import_module(args.module).run(args))
 
 

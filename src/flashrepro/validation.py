@@ -13,6 +13,9 @@ import os
 from typing import Literal
 
 import torch
+from triton.runtime.jit import JITFunction
+
+from flashrepro.kernels.fwd import attn_fwd_kernel
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
 MAX_HEAD_DIM = 256
@@ -28,9 +31,14 @@ def interpreter_mode() -> bool:
 
     The kernels run on the CPU only if it was set before :mod:`flashrepro` was imported
     (Triton picks the interpreter when a kernel is defined); the SASS tool sets it around a
-    recorded launch of JIT kernels (:mod:`flashrepro.analysis.offline_compile`).
+    recorded launch of JIT kernels (:mod:`flashrepro.analysis.offline_compile`), with
+    :data:`RECORD_LAUNCH_ENV` set.
     """
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+RECORD_LAUNCH_ENV = "FLASHREPRO_RECORD_LAUNCH"
+"""Set to 1 by the SASS tool while it records a launch of JIT kernels on CPU tensors."""
 
 
 def _dtype_names() -> str:
@@ -52,7 +60,8 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     2. q, k and v are ``torch.Tensor`` (TypeError) with 4 dims (B, H, L, D) (ValueError) and
        dtype float16 or bfloat16 (TypeError); all three share one dtype (TypeError).
     3. q, k and v are on one device (ValueError), and it is a CUDA device, or the CPU when the
-       kernels run under Triton's interpreter, see :func:`interpreter_mode` (ValueError); on the
+       kernels run under Triton's interpreter, see :func:`interpreter_mode`, set before the
+       kernels were defined at import (ValueError); on the
        CPU only float16, since the interpreter's bfloat16 ``tl.dot`` is wrong (TypeError).
     4. None of them requires grad while autograd is on: the kernel is forward-only, and an
        output without a gradient would be a silent wrong result in training (ValueError).
@@ -94,6 +103,13 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
         raise ValueError("q, k and v are CPU tensors, but the kernels run on CUDA devices; for "
                          "Triton's CPU interpreter set TRITON_INTERPRET=1 before importing "
                          "flashrepro")
+    if (q.device.type == "cpu" and isinstance(attn_fwd_kernel, JITFunction)
+            and os.environ.get(RECORD_LAUNCH_ENV) != "1"):
+        raise ValueError("q, k and v are CPU tensors and TRITON_INTERPRET=1 is set, but it was "
+                         "set after flashrepro was imported: the kernels were defined for a GPU "
+                         "(Triton would fail with '0 active drivers'); set TRITON_INTERPRET=1 "
+                         "before the first import of flashrepro, e.g. TRITON_INTERPRET=1 python "
+                         "script.py")
     if q.device.type not in ("cuda", "cpu"):
         raise ValueError(f"q, k and v must be CUDA tensors (or CPU tensors under "
                          f"TRITON_INTERPRET=1), got device {q.device}")
@@ -122,8 +138,8 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
             raise ValueError(f"with enable_gqa, q's heads H={h} must be a multiple of k/v's "
                              f"heads H_kv={hk}")
     elif hk != h:
-        raise ValueError(f"k and v must have q's head count H={h}, got {hk} (pass "
-                         "enable_gqa=True for grouped-query attention)")
+        raise ValueError(f"k and v must have q's head count H={h}, got {hk}" + (
+            " (pass enable_gqa=True for grouped-query attention)" if hk and h % hk == 0 else ""))
     programs = b * h * -(-q.shape[2] // 16)  # grid of the smallest query block, 16 rows
     if programs > MAX_PROGRAMS:
         raise ValueError(f"B·H·cdiv(Lq, 16) = {programs} exceeds CUDA's launch limit of "

@@ -48,6 +48,8 @@ import torch
 from flashrepro.analysis.disasm import Resources, SassCounts, disassemble_cubin
 from flashrepro.configs import KernelConfig
 from flashrepro.problem import Problem
+from flashrepro.progress import bar as progress_bar
+from flashrepro.validation import RECORD_LAUNCH_ENV
 
 
 @dataclass(frozen=True)
@@ -274,10 +276,12 @@ def record_launch(variant: Variant, problem: Problem,
     previous = os.environ.get("TRITON_INTERPRET")
     kernel.run = record  # the instance attribute shadows JITFunction.run: nothing launches
     os.environ["TRITON_INTERPRET"] = "1"  # the entry points accept CPU tensors only then
+    os.environ[RECORD_LAUNCH_ENV] = "1"  # ... and JIT kernels with them (nothing launches)
     try:
         _resolve(variant.entry)(q, k, v, causal=problem.causal, config=config)
     finally:
         del kernel.run
+        del os.environ[RECORD_LAUNCH_ENV]
         if previous is None:
             del os.environ["TRITON_INTERPRET"]
         else:
@@ -339,8 +343,8 @@ def compile_spec(spec: KernelSpec, workdir: Path) -> KernelSass:
 def _worker_main() -> int:
     specs = [KernelSpec.from_json(d) for d in json.load(sys.stdin)]
     with tempfile.TemporaryDirectory(prefix="flashrepro-sass-") as tmp:
-        results = [compile_spec(s, Path(tmp)).to_json() for s in specs]
-    json.dump(results, sys.stdout)
+        for s in specs:  # one JSON line per compile, as it finishes: the caller's progress
+            print(json.dumps(compile_spec(s, Path(tmp)).to_json()), flush=True)
     return 0
 
 
@@ -369,26 +373,33 @@ def kernel_sass(specs: Sequence[KernelSpec], workers: int | None = None) -> list
         return []
     n = max(1, min(len(specs), workers or os.cpu_count() or 1))
     chunks = [list(specs[i::n]) for i in range(n)]
-    procs = [subprocess.Popen([sys.executable, "-m", "flashrepro.analysis.offline_compile"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_worker_env())
-             for _ in chunks]
-    with ThreadPoolExecutor(len(procs)) as pool:  # feed and drain every worker at once
-        outputs = list(pool.map(lambda p, chunk: p.communicate(json.dumps(
-            [s.to_json() for s in chunk])), procs, chunks))
     by_spec: dict[KernelSpec, KernelSass] = {}
-    for p, (out, err) in zip(procs, outputs, strict=True):
-        if p.returncode != 0:
-            raise RuntimeError(f"SASS worker failed ({p.returncode}):\n{err.strip()[-4000:]}")
-        for d in json.loads(out):
-            result = KernelSass.from_json(d)
-            by_spec[result.spec] = result
+    with progress_bar("sass compiles", total=len(specs), unit="kernel") as shown:
+        def drain(chunk: list[KernelSpec]) -> None:
+            with tempfile.TemporaryFile("w+") as err:
+                p = subprocess.Popen([sys.executable, "-m", "flashrepro.analysis.offline_compile"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                     text=True, env=_worker_env())
+                assert p.stdin is not None and p.stdout is not None
+                p.stdin.write(json.dumps([s.to_json() for s in chunk]))
+                p.stdin.close()
+                for line in p.stdout:
+                    result = KernelSass.from_json(json.loads(line))
+                    by_spec[result.spec] = result
+                    shown.update(1)
+                if p.wait() != 0:
+                    err.seek(0)
+                    raise RuntimeError(f"SASS worker failed ({p.returncode}):\n"
+                                       f"{err.read().strip()[-4000:]}")
+
+        with ThreadPoolExecutor(len(chunks)) as pool:  # feed and drain every worker at once
+            list(pool.map(drain, chunks))
     return [by_spec[s] for s in specs]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Worker entry point: JSON list of :class:`KernelSpec` on stdin, results on stdout."""
-    argparse.ArgumentParser(description=main.__doc__).parse_args(argv)
+    argparse.ArgumentParser(description=main.__doc__, allow_abbrev=False).parse_args(argv)
     return _worker_main()
 
 

@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import json
 import sys
+import textwrap
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ from flashrepro.configs import (
 )
 from flashrepro.env import positive_int, shown_path
 from flashrepro.problem import Problem, load_article
+from flashrepro.outputs import OutputError, output_file, write_text
 
 SCHEMA = "flashrepro.sass/1"
 
@@ -129,7 +131,8 @@ def sass_report(archs: Sequence[str] | None = None, torch_lib: Path | None = Non
         ``{"schema": "flashrepro.sass/1", "triton", "torch", "torch_lib", "tools", "problem",
         "golden": {"path", "ok", "diff": [{"target", "kernel", "lines"}]},
         "targets": {name: {"wgmma": bool, "rows": [row, ...]}}, "text", "markdown"}``.
-        ``text``/``markdown``: the tables. A row has ``name``, ``kind`` ("triton" |
+        ``text``/``markdown``: the tables (compact plain text, every class in markdown;
+        :func:`format_tables` renders the full plain text). A row has ``name``, ``kind`` ("triton" |
         "torch"), ``variant``, ``role``, ``config``, ``counts`` (``classes``,
         ``loop_classes``, ``opcodes`` of the classes; None when skipped), ``registers``
         (per thread), ``shared_bytes`` (per launch), ``mma_layouts``, ``cubin_arch``,
@@ -190,16 +193,23 @@ _SHORT = {"match": "= count", "match-in-loops": "= count in loop bodies",
           "mismatch": "MISMATCH", "n/a": "not modelled"}
 
 
-def _cells(counts: dict[str, int] | None) -> list[Any]:
-    return [("" if counts is None else counts.get(c, "")) for c in CLASS_NAMES]
-
-
 def _status(entry: dict[str, Any]) -> str:
     text = _SHORT[entry["status"]]
     return f"{text}: {'; '.join(entry['notes'])}" if entry["notes"] else text
 
 
-def _table_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
+COMPACT_CLASSES = ("HMMA", "HGMMA", "LDSM", "LDSM.MT", "LDS", "STS", "MUFU.EX2", "total")
+"""The classes of the terminal's default table; the full one (every class of
+:data:`~flashrepro.analysis.disasm.CLASS_NAMES`) is in ``--markdown``, ``--json`` and ``--wide``."""
+NOTES_WIDTH = 100
+"""Characters per line of the compact table's numbered notes and its header lines."""
+WIDE_STATUS_WIDTH = 56
+
+
+def _table_rows(rows: list[dict[str, Any]], classes: Sequence[str]) -> list[list[Any]]:
+    def cells(counts: dict[str, int] | None) -> list[Any]:
+        return [("" if counts is None else counts.get(c, "")) for c in classes]
+
     out: list[list[Any]] = []
     for row in rows:
         counts = row["counts"]["classes"] if row["counts"] else None
@@ -210,30 +220,51 @@ def _table_rows(rows: list[dict[str, Any]]) -> list[list[Any]]:
             status = f"{row['role']}; cubin {row['cubin_arch']}"
         else:
             status = f"golden {row['golden']}; {row['role']}"
-        out.append([row["name"], *_cells(counts), row["registers"] or "", smem, status])
+        out.append([row["name"], *cells(counts), row["registers"] or "", smem, status])
         if row["model"]["counts"] is not None or (row["model"]["notes"] and not row["skipped"]):
-            out.append(["└ model", *_cells(row["model"]["counts"]), "", "",
+            out.append(["└ model", *cells(row["model"]["counts"]), "", "",
                         _status(row["model"])])
         if row["published"] is not None:
-            out.append(["└ article (seed 000)", *_cells(row["published"]["counts"]), "", "",
+            out.append(["└ article (seed 000)", *cells(row["published"]["counts"]), "", "",
                         _status(row["published"]) if counts else ""])
     return out
 
 
-def format_tables(report: dict[str, Any], markdown: bool = False) -> str:
-    """One table per arch of a :func:`sass_report` dict: plain text with the status column
-    wrapped, or GitHub markdown."""
-    headers = ["kernel", *CLASS_NAMES, "regs", "smem", "status"]
+def format_tables(report: dict[str, Any], markdown: bool = False, wide: bool = False) -> str:
+    """One table per arch of a :func:`sass_report` dict: GitHub markdown with every class
+    (``markdown``), plain text with every class and a wrapped status column (``wide``, about
+    235 columns), or by default plain text with :data:`COMPACT_CLASSES` and each status as a
+    numbered note under its table (about 120-140 columns: the longest kernel name decides)."""
+    full = markdown or wide
+    classes = CLASS_NAMES if full else COMPACT_CLASSES
     torch_side = report["torch_lib"] or f"torch {report['torch']} (no CUDA library)"
-    parts = [f"SASS static counts: triton {report['triton']} (ptxas {report['tools']['ptxas']}); "
-             f"torch kernel from {torch_side}; problem {report['problem']}"]
+    head = (f"SASS static counts: triton {report['triton']} (ptxas {report['tools']['ptxas']}); "
+            f"torch kernel from {torch_side}; problem {report['problem']}")
+    parts = [head if full else textwrap.fill(head, NOTES_WIDTH, subsequent_indent="  ")]
+    if not full:
+        parts.append(textwrap.fill(
+            f"Classes {', '.join(COMPACT_CLASSES[:-1])} and the total of every class; each "
+            "class: sass --wide, or the --markdown and --json files.", NOTES_WIDTH))
     for name, block in report["targets"].items():
         title = f"{name} ({'wgmma' if block['wgmma'] else 'mma.sync'})"
-        table = tabulate.tabulate(
-            _table_rows(block["rows"]), headers=headers,
-            tablefmt="github" if markdown else "simple",
-            maxcolwidths=None if markdown else [None] * (len(headers) - 1) + [56])
-        parts.append(f"### {title}\n\n{table}" if markdown else f"{title}\n{table}")
+        rows = _table_rows(block["rows"], classes)
+        if full:
+            table = tabulate.tabulate(
+                rows, headers=["kernel", *classes, "regs", "smem", "status"],
+                tablefmt="github" if markdown else "simple",
+                maxcolwidths=None if markdown else [None] * (len(classes) + 3) + [
+                    WIDE_STATUS_WIDTH])
+            parts.append(f"### {title}\n\n{table}" if markdown else f"{title}\n{table}")
+            continue
+        notes: dict[str, int] = {}  # the status texts, numbered below the table
+        for row in rows:
+            text = row[-1]
+            row[-1] = f"[{notes.setdefault(text, len(notes) + 1)}]" if text else ""
+        table = tabulate.tabulate(rows, headers=["kernel", *classes, "regs", "smem", "note"],
+                                  tablefmt="simple")
+        listed = "\n".join(textwrap.fill(f"[{i}] {text}", NOTES_WIDTH, subsequent_indent="    ")
+                           for text, i in notes.items())
+        parts.append(f"{title}\n{table}\n{listed}")
     g = report["golden"]
     parts.append(f"golden file {g['path']}: " + ("every count matches" if g["ok"] else
                                                  f"{len(g['diff'])} kernel(s) drifted"))
@@ -255,10 +286,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch-lib", type=Path, default=None,
                         help="libtorch_cuda.so of a CUDA build of torch (default: the installed "
                              "torch's, if it is a CUDA build)")
-    parser.add_argument("--markdown", type=Path, default=None,
-                        help="also write the tables as GitHub markdown to this file")
-    parser.add_argument("--json", type=Path, default=None,
+    parser.add_argument("--markdown", type=output_file, default=None,
+                        help="also write the full tables (every class) as GitHub markdown to "
+                             "this file (missing folders are created)")
+    parser.add_argument("--json", type=output_file, default=None,
                         help="also write the report (without the rendered tables) as JSON")
+    parser.add_argument("--wide", action="store_true",
+                        help="print every instruction class (about 235 columns) instead of the "
+                             "compact table")
     parser.add_argument("--workers", type=positive_int, default=None,
                         help="parallel compile processes (default: CPU count)")
 
@@ -278,12 +313,16 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.update:
         print(f"wrote {report['golden']['path']}")
-    print(report["text"])
-    if args.markdown:
-        args.markdown.write_text(report["markdown"])
-    if args.json:
-        data = {k: v for k, v in report.items() if k not in ("text", "markdown")}
-        args.json.write_text(json.dumps(data, indent=1) + "\n")
+    print(format_tables(report, wide=True) if args.wide else report["text"])
+    try:
+        if args.markdown:
+            write_text("--markdown", args.markdown, report["markdown"])
+        if args.json:
+            data = {k: v for k, v in report.items() if k not in ("text", "markdown")}
+            write_text("--json", args.json, json.dumps(data, indent=1) + "\n")
+    except OutputError as exc:
+        print(f"sass: {exc}", file=sys.stderr)
+        return 2
     if not report["golden"]["ok"]:
         print(golden.format_diff(report["golden"]["diff"], Path(report["golden"]["path"])),
               file=sys.stderr)

@@ -37,7 +37,7 @@ def _ints(text: str, n: int, name: str) -> tuple[int, ...]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m flashrepro.bench.ncu_workload",
-                                description=__doc__.splitlines()[0])
+                                description=__doc__.splitlines()[0], allow_abbrev=False)
     p.add_argument("--shape", required=True, type=lambda s: _ints(s, 4, "--shape"),
                    help="B,H,L,D (Lq = Lk = L)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="float16")

@@ -36,6 +36,7 @@ from flashrepro import env as envmod
 from flashrepro.analysis import ncu
 from flashrepro.configs import ARTICLE, KernelConfig
 from flashrepro.kernels.ladder import KERNEL_NAMES, VARIANTS
+from flashrepro.progress import progress
 
 SCHEMA = "flashrepro.profile/1"
 
@@ -344,7 +345,7 @@ def run_ladder(args: argparse.Namespace, environment: dict[str, Any], out: Path,
     """Profile every rung on the chosen workloads; write ``ladder.*``; 1 if a run failed."""
     report = _report("ladder", args, environment)
     names = list(WORKLOADS) if args.workload == "all" else [args.workload]
-    for name in names:
+    for name in progress(names, "profile ladder", unit="workload"):
         w = WORKLOADS[name]
         print(f"profile: ladder, {name} workload: {', '.join(w.variants)}", flush=True)
         try:
@@ -372,7 +373,7 @@ def run_executed(args: argparse.Namespace, environment: dict[str, Any], out: Pat
     article = WORKLOADS["article"]
     expected = expected_executed(article)
     report["expected"] = expected
-    for path, extra_env in PATHS.items():
+    for path, extra_env in progress(PATHS.items(), "profile executed counts", unit="path"):
         print(f"profile: executed counts, article kernel, {path} path", flush=True)
         try:
             report["runs"][path] = _run_ncu(article, ("article",), EXECUTED_METRICS, extra_env,
@@ -413,7 +414,7 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Stand-alone entry, ``python -m flashrepro.bench.profile`` (same as the subcommand)."""
     parser = argparse.ArgumentParser(prog="python -m flashrepro.bench.profile",
-                                     description=__doc__.splitlines()[0])
+                                     description=__doc__.splitlines()[0], allow_abbrev=False)
     add_arguments(parser)
     return run(parser.parse_args(argv))
 

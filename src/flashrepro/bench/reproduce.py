@@ -194,6 +194,9 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
     if not torch.cuda.is_available():
         print("reproduce: timing needs a CUDA GPU (torch sees none); "
               + ("SASS table only." if sass is not None else "nothing to time (--no-sass)."))
+        if args.out is not None or os.environ.get("FLASHREPRO_RESULTS_DIR"):  # asked for files
+            print(f"reproduce: nothing written to {results_dir(args.out, '')} (--out or "
+                  "$FLASHREPRO_RESULTS_DIR): the results files need the timings", file=sys.stderr)
         if sass is not None:
             print(sass["text"])
         if args.gate or args.update_baseline or env.require_gpu():

@@ -29,6 +29,7 @@ from flashrepro.bench import peers
 from flashrepro.bench.problem import Problem, add_grid_arguments
 from flashrepro.bench.reproduce import SCHEMA, results_dir
 from flashrepro.bench.timing import interleaved_rounds
+from flashrepro.progress import progress
 
 KERNELS = ["flashrepro", "torch-flash", "torch-cudnn", *peers.PEERS]
 
@@ -150,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
         return 1 if env.require_gpu() else 0
     environment = env.capture()
     points = [measure_point(p, args.rounds, args.calls)
-              for p in sweep_problems(args.lengths, args.head_dims, args.dtypes, args.tokens)]
+              for p in progress(sweep_problems(args.lengths, args.head_dims, args.dtypes,
+                                               args.tokens), "bench points", unit="point")]
     results = {"schema": SCHEMA, "kind": "bench", "env": environment,
                "method": {"timer": "cuda-events per call, L2 flushed", "rounds": args.rounds,
                           "layouts": peers.layouts_note(KERNELS),

@@ -42,6 +42,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from flashrepro.progress import progress
+
 FLUSH_BYTES = 256 * 2**20
 SLEEP_CYCLES = 2_000_000  # ~1 ms at 2 GHz: several times the host's work for one call
 HOST_MARGIN = 0.8
@@ -291,7 +293,7 @@ def interleaved_rounds(fns: dict[str, Callable[[], object]], rounds: int,
         fn()
     torch.cuda.synchronize()
     out: dict[str, list[float]] = {name: [] for name in names}
-    for r in range(rounds):
+    for r in progress(range(rounds), "timing rounds", unit="round", leave=False):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
             samples = time_calls(fns[name], calls_per_round, warmup=1)

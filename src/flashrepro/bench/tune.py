@@ -26,6 +26,7 @@ from flashrepro.bench.problem import Problem, add_grid_arguments
 from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.configs import TUNED_TABLE, KernelConfig, launch_arch, length_bucket, table_key
 from flashrepro.validation import MAX_HEAD_DIM
+from flashrepro.progress import progress
 
 # The configs that won at least one point of the full grids on the H200 (lab/2026-11-29-*,
 # the first four experiments; 30 configs were timed there) and the article's 64x64 pointer build.
@@ -195,7 +196,8 @@ def run(args: argparse.Namespace) -> int:
     arch = launch_arch()
     table = json.loads(TUNED_TABLE.read_text()) if TUNED_TABLE.exists() else {}
     masks = tuple(mask == "causal" for mask in args.masks)
-    for problem in problems(args.lengths, args.head_dims, args.tokens, masks=masks):
+    for problem in progress(problems(args.lengths, args.head_dims, args.tokens, masks=masks),
+                            "tune problems", unit="problem"):
         key = table_key(arch, problem.head_dim, problem.causal, length_bucket(problem.seqlen_q))
         if not candidates(problem.head_dim, args.configs):  # with --against-table only
             print(f"\n{problem.key()}: no challenger in --configs fits D={problem.head_dim}; "

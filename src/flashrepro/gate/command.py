@@ -2,7 +2,9 @@
 
 Exit codes: 0 pass, 1 regression, 2 no baseline, 3 environment mismatch, 4 unusable input.
 The verdict is printed, written to ``--summary`` and appended to ``$GITHUB_STEP_SUMMARY`` when
-set, and stored in the results JSON under ``"gate"``.
+set, and written as JSON to ``--verdict-json`` when given. The results files are only read: a
+checker does not modify its input (``reproduce --gate`` stores the verdict in the
+``reproduce.json`` it writes itself).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import sys
 from pathlib import Path
 
 from flashrepro.gate.check import ExitCode, Verdict, check, update_baseline
+from flashrepro.outputs import OutputError, output_file, write_text
 from flashrepro.report import write_summary
 
 
@@ -35,8 +38,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="results JSON of a reproduce run "
                              "(reproduce/results/<gpu-key>/reproduce.json); with "
                              "--update-baseline, several runs (each its own process) are pooled "
-                             "into one baseline. The verdict is stored in each file, under "
-                             "\"gate\"")
+                             "into one baseline. Only read, never modified (the verdict goes to "
+                             "--verdict-json)")
     parser.add_argument("--baseline-dir", type=Path, default=Path("reproduce/baselines"),
                         help="root of the per-GPU baselines (default: reproduce/baselines)")
     parser.add_argument("--update-baseline", action="store_true",
@@ -51,16 +54,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=None, help="two-sided bootstrap confidence (default 0.95)")
     parser.add_argument("--allow-env-mismatch", action="store_true",
                         help="compare even when driver/CUDA/torch/triton/image differ (warns)")
-    parser.add_argument("--summary", type=Path, default=None,
-                        help="write the verdict as markdown to this file")
+    parser.add_argument("--summary", type=output_file, default=None,
+                        help="write the verdict as markdown to this file (missing folders are "
+                             "created)")
+    parser.add_argument("--verdict-json", type=output_file, default=None,
+                        help="write the verdict as JSON to this file (what reproduce --gate "
+                             "stores under \"gate\" in its reproduce.json)")
 
 
 def publish(verdict: Verdict, summary: Path | None = None) -> None:
     """Print the verdict's markdown, write it to ``summary`` (when given) and append it to
     ``$GITHUB_STEP_SUMMARY`` (when set, and not ``summary`` itself). Storing
-    ``verdict.as_dict()`` under ``"gate"`` in the results JSON is the caller's part (it owns
-    that file)."""
+    ``verdict.as_dict()`` under ``"gate"`` in a results JSON is the part of the command that
+    writes that file (``reproduce --gate``); ``gate`` never modifies its input.
+
+    Raises:
+        OutputError: ``summary`` cannot be written.
+        OSError: ``$GITHUB_STEP_SUMMARY`` cannot be appended to.
+    """
     print(verdict.markdown)
+    if summary is not None:  # first, for an error that names --summary
+        write_text("--summary", summary, verdict.markdown)
     write_summary(verdict.markdown, summary)
 
 
@@ -89,8 +103,15 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:  # ResultsError included
         print(f"gate: --results {names}: {exc}", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    publish(verdict, args.summary)
-    for path, results in zip(paths, runs, strict=True):
-        results["gate"] = verdict.as_dict()
-        path.write_text(json.dumps(results, indent=1) + "\n")
+    try:
+        publish(verdict, args.summary)
+        if args.verdict_json is not None:
+            write_text("--verdict-json", args.verdict_json,
+                       json.dumps(verdict.as_dict(), indent=1) + "\n")
+    except OutputError as exc:
+        print(f"gate: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except OSError as exc:
+        print(f"gate: $GITHUB_STEP_SUMMARY: cannot append the verdict: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
     return int(verdict.exit_code)

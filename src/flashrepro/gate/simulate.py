@@ -155,7 +155,8 @@ def flag_counts(*, slowdowns: tuple[float, ...], round_cvs: tuple[float, ...], r
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description="Simulated false-alarm and detection rates")
+    p = argparse.ArgumentParser(description="Simulated false-alarm and detection rates",
+                                allow_abbrev=False)
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--baselines", type=int, default=25)
     p.add_argument("--runs", type=int, default=20, help="runs per baseline and slowdown")

@@ -1,0 +1,284 @@
+"""The command line as a user meets it: option spelling, usage lines, output files that cannot
+be written, refusals instead of silent no-ops, the terminal's SASS table, progress on stderr.
+
+Nothing here compiles or times a kernel: the SASS report is replaced by a small stand-in where
+a command would compile.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import flashrepro.analysis.sass as sass_mod
+from flashrepro import outputs, progress
+from flashrepro.analysis.disasm import CLASS_NAMES
+from flashrepro.cli import build_parser
+from flashrepro.cli import main as cli_main
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _fake_row(name: str, value: int) -> dict[str, Any]:
+    classes = {c: value + i for i, c in enumerate(CLASS_NAMES)}
+    return {"name": name, "kind": "triton", "counts": {"classes": classes}, "shared_bytes": 90112,
+            "registers": 255, "skipped": None, "role": "production default: P in registers "
+            "(warps over rows)", "golden": "ok", "cubin_arch": None,
+            "model": {"counts": {"HMMA": value}, "status": "match-in-loops",
+                      "notes": ["warps 8x1, so P goes through registers; Q reloaded in every "
+                                "loop body (from the TTGIR)"]},
+            "published": None}
+
+
+def _fake_report() -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "schema": sass_mod.SCHEMA, "triton": "3.6.0", "torch": "2.13.0+cpu", "torch_lib": None,
+        "tools": {"ptxas": "12.8"}, "problem": {"batch": 2},
+        "golden": {"path": "reproduce/golden/x.json", "ok": True, "diff": []},
+        "targets": {"sm_90": {"wgmma": True, "rows": [_fake_row("fwd 128x64 w8 s3", 1000),
+                                                      _fake_row("article 64x64 w4 s3", 3000)]}}}
+    report["text"] = sass_mod.format_tables(report)
+    report["markdown"] = sass_mod.format_tables(report, markdown=True)
+    return report
+
+
+@pytest.fixture
+def no_compile(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """``sass_report`` replaced by the stand-in; the list counts its calls."""
+    calls: list[int] = []
+
+    def fake(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        calls.append(1)
+        return _fake_report()
+    monkeypatch.setattr(sass_mod, "sass_report", fake)
+    return calls
+
+
+# -- option spelling and usage lines --
+
+def test_abbreviated_option_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--round 3`` must not mean ``--rounds 3``."""
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["reproduce", "--round", "3", "--no-sass"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --round 3" in err
+    assert "usage: flashrepro reproduce" in err
+
+
+@pytest.mark.parametrize("command", ["gate", "sass", "bench", "doctor"])
+def test_wrong_option_shows_the_subcommands_usage(command: str,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [command, "--no-such-option"] + (["--results", "r.json"] if command == "gate" else [])
+    with pytest.raises(SystemExit) as exc:
+        cli_main(argv)
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: flashrepro {command} "), err
+    assert f"flashrepro {command}: error: unrecognized arguments: --no-such-option" in err
+
+
+def test_every_parser_refuses_abbreviations() -> None:
+    """Every ``ArgumentParser(`` in the package and the GPU scripts says allow_abbrev=False."""
+    for path in [*(REPO / "src").rglob("*.py"), *(REPO / "reproduce").rglob("*.py")]:
+        text = path.read_text()
+        for start in [i for i in range(len(text)) if text.startswith("ArgumentParser(", i)]:
+            call = text[start:text.index(")\n", start)]
+            assert "allow_abbrev=False" in call, f"{path}: {call}"
+    parser = build_parser()
+    assert parser.allow_abbrev is False
+    sub = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    assert all(p.allow_abbrev is False for p in sub.choices.values())
+
+
+# -- output files that cannot be written --
+
+def test_sass_markdown_under_a_file_is_refused_before_compiling(
+        tmp_path: Path, no_compile: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["sass", "--markdown", str(blocker / "sass.md")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --markdown: cannot write" in err and "is a file, not a folder" in err
+    assert not no_compile, "compiled before checking --markdown"
+
+
+def test_sass_markdown_into_a_missing_folder_creates_it(
+        tmp_path: Path, no_compile: list[int], capsys: pytest.CaptureFixture[str]) -> None:
+    md = tmp_path / "new" / "deeper" / "sass.md"
+    assert cli_main(["sass", "--markdown", str(md)]) == 0
+    assert md.read_text() == _fake_report()["markdown"]
+    assert capsys.readouterr().out.startswith("SASS static counts")
+
+
+def test_sass_markdown_that_is_a_folder_is_refused(tmp_path: Path, no_compile: list[int],
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli_main(["sass", "--markdown", str(tmp_path)])
+    assert "argument --markdown: cannot write" in capsys.readouterr().err
+
+
+def test_gate_summary_under_a_file_is_refused(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        cli_main(["gate", "--results", str(tmp_path / "r.json"), "--summary",
+                  str(blocker / "out" / "summary.md")])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --summary: cannot write" in err and "is a file, not a folder" in err
+
+
+def test_unwritable_folder_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule for a folder this user cannot write into (simulated: the tests may run as
+    root, who may write anywhere)."""
+    real = os.access
+    monkeypatch.setattr(outputs.os, "access",
+                        lambda p, mode: False if Path(p) == tmp_path else real(p, mode))
+    reason = outputs.unwritable_reason(tmp_path / "sub" / "x.md")
+    assert reason is not None and f"folder {tmp_path} is not writable" in reason
+    assert outputs.unwritable_reason(tmp_path.parent / "x.md") is None
+
+
+def test_write_error_names_the_option(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(outputs.OutputError, match=r"^--summary .*a-file/x.md: cannot write"):
+        outputs.write_text("--summary", blocker / "x.md", "text")
+
+
+# -- refusals instead of silent no-ops --
+
+def test_reproduce_out_without_a_gpu_says_nothing_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("FLASHREPRO_RESULTS_DIR", raising=False)
+    monkeypatch.delenv("FLASHREPRO_REQUIRE_GPU", raising=False)
+    out = tmp_path / "results"
+    assert cli_main(["reproduce", "--no-sass", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"nothing written to {out} (--out" in err
+    assert not out.exists()
+
+
+def test_triton_interpret_set_after_import_gets_a_hint() -> None:
+    """In a fresh process: import flashrepro, then set TRITON_INTERPRET=1, then call it on
+    CPU tensors. Triton alone says '0 active drivers'; validate says what to do."""
+    code = ("import os, torch, flashrepro\n"
+            "os.environ['TRITON_INTERPRET'] = '1'\n"
+            "q = torch.randn(1, 1, 16, 16, dtype=torch.float16)\n"
+            "try:\n"
+            "    flashrepro.attention(q, q, q)\n"
+            "except ValueError as exc:\n"
+            "    print('ValueError:', exc)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env.get("PYTHONPATH", "")])
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ValueError: q, k and v are CPU tensors and TRITON_INTERPRET=1 is set, but it was " \
+           "set after flashrepro was imported" in out.stdout, out.stdout + out.stderr[-2000:]
+    assert "before the first import of flashrepro" in out.stdout
+
+
+# -- the SASS table in a terminal --
+
+def test_sass_terminal_table_is_compact_and_markdown_full() -> None:
+    report = _fake_report()
+    widths = [len(line) for line in report["text"].splitlines()]
+    assert max(widths) <= 120, max(widths)
+    wide = sass_mod.format_tables(report, wide=True)
+    assert max(len(line) for line in wide.splitlines()) > 120
+    header = next(line for line in report["markdown"].splitlines() if line.startswith("| kernel"))
+    assert all(f" {c} " in header for c in CLASS_NAMES), header
+    assert all(str(3000 + i) in report["markdown"] for i in range(len(CLASS_NAMES)))
+
+
+def test_sass_wide_prints_every_class(no_compile: list[int],
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["sass", "--wide"]) == 0
+    out = capsys.readouterr().out
+    assert all(c in out for c in CLASS_NAMES)
+    assert out.strip() == sass_mod.format_tables(_fake_report(), wide=True).strip()
+
+
+# -- progress --
+
+def test_progress_lines_go_to_stderr_only(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("FLASHREPRO_PROGRESS", raising=False)
+    items = list(progress.progress(range(7), "sass compiles", unit="kernel"))
+    assert items == list(range(7))
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert lines[0].startswith("sass compiles:") and "0/7" in lines[0]
+    assert "7/7" in lines[-1] and "\r" not in captured.err
+
+
+def test_progress_off(monkeypatch: pytest.MonkeyPatch,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("FLASHREPRO_PROGRESS", "0")
+    assert list(progress.progress(iter("abc"), "x", total=3)) == ["a", "b", "c"]
+    assert capsys.readouterr() == ("", "")
+
+
+def test_gate_verdict_json_is_written_not_the_input(tmp_path: Path) -> None:
+    """gate --verdict-json writes the verdict there; --results is only read (more in
+    tests/test_gate.py)."""
+    bad = tmp_path / "r.json"
+    bad.write_text(json.dumps({"schema": "other"}))
+    before = bad.read_text()
+    assert cli_main(["gate", "--results", str(bad), "--verdict-json",
+                     str(tmp_path / "v.json")]) == 4
+    assert bad.read_text() == before
+
+
+# -- nox -s docker: a client that cannot build --
+
+def _noxfile() -> Any:
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("noxfile_under_test", REPO / "noxfile.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _fake_docker(path: Path, version: str, buildx: bool) -> Path:
+    path.write_text("#!/bin/sh\n"
+                    f'[ "$1" = --version ] && echo "Docker version {version}, build a" '
+                    "&& exit 0\n"
+                    f'[ "$1" = buildx ] && exit {0 if buildx else 1}\n'
+                    "exit 1\n")
+    path.chmod(0o755)
+    return path
+
+
+def test_docker_client_without_buildx_is_explained(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    nf = _noxfile()
+    (tmp_path / "new").mkdir()
+    (tmp_path / "old").mkdir()
+    new = _fake_docker(tmp_path / "new" / "docker", "28.2.2", buildx=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "new"))
+    problem = nf.docker_client_problem(str(new))
+    assert problem is not None and "without the buildx plugin" in problem
+    assert "install the buildx plugin" in problem and "DOCKER=/usr/bin/docker" in problem
+    old = _fake_docker(tmp_path / "old" / "docker", "20.10.24+dfsg1", buildx=False)
+    monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path / "new"), str(tmp_path / "old")]))
+    assert f"DOCKER={old} nox -s docker" in nf.docker_client_problem(str(new))
+    assert nf.docker_client_problem(str(old)) is None
+    assert nf.docker_client_problem(str(_fake_docker(tmp_path / "x", "28.2.2", True))) is None
+    assert "no working Docker client" in nf.docker_client_problem(str(tmp_path / "missing"))
