@@ -44,8 +44,8 @@ from flashrepro.configs import (
     default_config,
 )
 from flashrepro.env import positive_int, shown_path
-from flashrepro.problem import Problem, load_article
 from flashrepro.outputs import OutputError, output_file, write_text
+from flashrepro.problem import Problem, load_article
 
 SCHEMA = "flashrepro.sass/1"
 

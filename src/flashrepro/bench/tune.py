@@ -25,8 +25,8 @@ from flashrepro.bench import peers
 from flashrepro.bench.problem import Problem, add_grid_arguments
 from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.configs import TUNED_TABLE, KernelConfig, launch_arch, length_bucket, table_key
-from flashrepro.validation import MAX_HEAD_DIM
 from flashrepro.progress import progress
+from flashrepro.validation import MAX_HEAD_DIM
 
 # The configs that won at least one point of the full grids on the H200 (lab/2026-11-29-*,
 # the first four experiments; 30 configs were timed there) and the article's 64x64 pointer build.
