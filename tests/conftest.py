@@ -63,3 +63,12 @@ def _fresh_launch_plans() -> None:
     from flashrepro import launch
 
     launch.clear_plans()
+
+
+ON_EACH_MACHINE = [
+    pytest.param("cpu", marks=pytest.mark.skipif(
+        HAS_GPU, reason="the interpreter's case; on a GPU host the gpu case runs")),
+    pytest.param("cuda", marks=pytest.mark.gpu),
+]
+"""Fixture params for tests that run on the CPU under the interpreter in CI and on the GPU in
+the GPU job's ``-m gpu`` suite (where an unmarked test would be deselected)."""

@@ -13,10 +13,15 @@ import torch
 
 import flashrepro
 from flashrepro import ops
-from tests.conftest import HAS_GPU
+from tests.conftest import HAS_GPU, ON_EACH_MACHINE
 from tests.reference import assert_parity, random_qkv
 
 BACKEND = "inductor" if HAS_GPU else "aot_eager"
+
+
+@pytest.fixture(params=ON_EACH_MACHINE)
+def device(request: pytest.FixtureRequest) -> torch.device:
+    return torch.device(request.param)
 
 
 def _qkv(device: torch.device, lq: int = 48, d: int = 32, h: int = 4, h_kv: int = 2):

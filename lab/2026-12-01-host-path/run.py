@@ -14,9 +14,11 @@ the kernel's own µs (CUDA events, L2 flushed). Medians of 5 repeats of 200 call
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 import torch
@@ -26,6 +28,59 @@ import flashrepro
 from flashrepro import env, launch
 from flashrepro.bench import peers
 from flashrepro.bench.timing import eager_us_per_call, host_times, time_calls
+
+
+def _eager_gc_off(fn, calls: int) -> float:
+    """As eager_us_per_call, with the collector off and more calls."""
+    gc.disable()
+    try:
+        return eager_us_per_call(fn, calls)
+    finally:
+        gc.enable()
+
+
+def _kernel_us_back_to_back(fn, calls: int) -> list[float]:
+    """GPU µs of each call inside an eager back-to-back loop (events around each call): does
+    the kernel itself run slower when the host feeds it without a queue (clocks, launch)?"""
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+              for _ in range(calls)]
+    torch.cuda.synchronize()
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return [1e3 * s.elapsed_time(e) for s, e in events]
+
+
+def _plan_pieces(q, k, v) -> list[list[str]]:
+    """Host µs of each piece of the launch-plan path, each timed alone in a loop of 500 (fewer
+    launches than CUDA's queue holds, so none blocks)."""
+    flashrepro.attention(q, k, v, causal=True)
+    key = launch._signature(q, k, v, True, None, False, "top_left", False, None)
+    plan = launch._PLANS[key]
+    o = torch.empty_like(q)
+    lse = plan.lse_dummy
+    stream = torch._C._cuda_getCurrentRawStream(0)
+    pieces = {
+        "piece: _signature (cache key)": lambda: launch._signature(
+            q, k, v, True, None, False, "top_left", False, None),
+        "piece: torch.empty (output)": lambda: torch.empty(plan.out_shape, dtype=q.dtype,
+                                                          device=q.device),
+        "piece: direct launch only": lambda: plan.direct(plan.grid, stream, (q, k, v, o, lse)),
+        "piece: plan.launch": lambda: plan.launch(q, k, v),
+        "piece: torch.compiler.is_compiling": torch.compiler.is_compiling,
+    }
+    rows = []
+    for name, fn in pieces.items():
+        torch.cuda.synchronize()
+        torch.cuda._sleep(200_000_000)  # ~100 ms: the GPU queue never blocks the loop
+        t0 = time.perf_counter_ns()
+        for _ in range(500):
+            fn()
+        rows.append([name, f"{(time.perf_counter_ns() - t0) / 500 / 1e3:.2f}", "", "", "", ""])
+        torch.cuda.synchronize()
+    return rows
 
 
 def main() -> int:
@@ -63,15 +118,21 @@ def main() -> int:
         fns["fa4-cute"] = lambda: flash_attn_func(qn, kn, vn, causal=True)
     rows, raw = [], {}
     for name, fn in fns.items():
-        for _ in range(5):
+        for _ in range(20):
             fn()
         torch.cuda.synchronize()
         host = statistics.median(statistics.median(host_times(fn, 200)) for _ in range(5))
         eager = statistics.median(eager_us_per_call(fn, 200) for _ in range(5))
+        long_eager = _eager_gc_off(fn, 2000)
+        in_eager = statistics.median(_kernel_us_back_to_back(fn, 200))
         kernel = statistics.median(time_calls(fn, 50))
-        raw[name] = {"host_us": host, "eager_us": eager, "kernel_us": kernel}
-        rows.append([name, f"{host:.1f}", f"{eager:.1f}", f"{kernel:.1f}"])
-    table = tabulate(rows, headers=["call", "host µs/call", "eager µs/call", "kernel µs"])
+        raw[name] = {"host_us": host, "eager_us": eager, "eager_2000_gc_off_us": long_eager,
+                     "kernel_us_in_eager_loop": in_eager, "kernel_us": kernel}
+        rows.append([name, f"{host:.1f}", f"{eager:.1f}", f"{long_eager:.1f}",
+                     f"{in_eager:.1f}", f"{kernel:.1f}"])
+    rows += _plan_pieces(q, k, v)
+    table = tabulate(rows, headers=["call", "host µs/call", "eager µs/call", "eager, 2000 calls, gc off",
+                                   "kernel µs in the eager loop", "kernel µs (L2 flushed)"])
     meta = env.capture()
     text = (f"B={b} H={h} L={lq} D={d} fp16 causal; {meta['gpu']['name'] if meta['gpu'] else ''}"
             f", torch {meta['torch']}, triton {meta['triton']}, {meta['date']}"

@@ -26,11 +26,11 @@ from typing import Any
 
 import torch
 import triton
-from triton import knobs
 from triton.compiler import CompiledKernel
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from flashrepro.configs import NAMED, TRITON_FALLBACK, KernelConfig, default_config, launch_arch
+from flashrepro.direct import DirectLaunch
 from flashrepro.kernels import LOG2_E, fwd_gluon, fwd_gluon_ws
 from flashrepro.kernels.call import IO_ARGS, KernelCall, rebind_io
 from flashrepro.kernels.fwd import attn_fwd_kernel
@@ -123,9 +123,10 @@ class LaunchPlan:
 
     Attributes:
         call: the recorded launch; its Q, K, V, O, LSE slots are rebound per call.
-        compiled: Triton's compiled kernel, launched directly; None under the interpreter or a
-            test's spy, where the plan relaunches ``call`` through Triton's JIT path.
-        values: every kernel parameter in signature order (``call.ordered_values()``).
+        direct: Triton's compiled kernel behind a :class:`~flashrepro.direct.DirectLaunch`;
+            None under the interpreter or a test's spy, where the plan relaunches ``call``
+            through Triton's JIT path.
+        grid: ``call.grid`` as three ints.
         out_shape: O's shape, (B, H, Lq, D); O is allocated contiguous in q's dtype.
         lse_shape: LSE's shape, (B, H, Lq), allocated when the caller asked for it.
         lse_dummy: the LSE argument when it is not stored (the kernels never touch it then).
@@ -133,8 +134,8 @@ class LaunchPlan:
     """
 
     call: KernelCall
-    compiled: CompiledKernel | None
-    values: list[Any] | None
+    direct: DirectLaunch | None
+    grid: tuple[int, int, int]
     out_shape: tuple[int, ...]
     lse_shape: tuple[int, ...]
     lse_dummy: torch.Tensor | None
@@ -151,27 +152,16 @@ class LaunchPlan:
         o = torch.empty(self.out_shape, dtype=q.dtype, device=q.device)
         lse = (torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
                if self.lse_dummy is None else self.lse_dummy)
-        io = rebind_io(self.call.args[:IO_ARGS], (q, k, v, o, lse))
-        if self.compiled is None:
+        if self.direct is None:
+            io = rebind_io(self.call.args[:IO_ARGS], (q, k, v, o, lse))
             with _on_device(q.device):
                 self.call.with_io(io).run()
         else:
             device = q.get_device()
             with _on_device(q.device) if device != torch.cuda.current_device() else _NO_SWITCH:
-                self._run_compiled(io, device)
+                self.direct(self.grid, torch._C._cuda_getCurrentRawStream(device),
+                            (q, k, v, o, lse))
         return o, (None if self.lse_dummy is not None else lse)
-
-    def _run_compiled(self, io: tuple[Any, ...], device: int) -> None:
-        assert self.compiled is not None and self.values is not None
-        grid = self.call.grid
-        stream = torch._C._cuda_getCurrentRawStream(device)
-        values = [*io, *self.values[IO_ARGS:]]
-        compiled = self.compiled
-        enter = knobs.runtime.launch_enter_hook
-        metadata = None if enter is None else compiled.launch_metadata(grid, stream, *values)
-        compiled.run(grid[0], grid[1] if len(grid) > 1 else 1, grid[2] if len(grid) > 2 else 1,
-                     stream, compiled.function, compiled.packed_metadata, metadata, enter,
-                     knobs.runtime.launch_exit_hook, *values)
 
 
 _NO_SWITCH = contextlib.nullcontext()
@@ -206,8 +196,8 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
         return None
     aligned = (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15 == 0
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
-            v.dtype, q.device, k.device, v.device, aligned, causal, scale, scale.__class__,
-            enable_gqa, causal_alignment, return_lse, config,
+            v.dtype, q.get_device(), k.get_device(), v.get_device(), aligned, causal, scale,
+            scale.__class__, enable_gqa, causal_alignment, return_lse, config,
             os.environ.get("DISABLE_MMA_V3"))
 
 
@@ -319,10 +309,11 @@ def _forward_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     plan = None
     if out is None and isinstance(launched, tuple):  # a test's spy launches nothing to repeat
         call, compiled = launched
-        compiled = compiled if isinstance(compiled, CompiledKernel) else None
-        values = call.ordered_values() if compiled is not None else None
-        plan = LaunchPlan(call=call, compiled=compiled if values is not None else None,
-                          values=values, out_shape=tuple(o.shape), lse_shape=lse_shape,
-                          lse_dummy=None if return_lse else lse, contiguous_q=contiguous_q,
-                          contiguous_kv=contiguous_kv)
+        values = call.ordered_values() if isinstance(compiled, CompiledKernel) else None
+        direct = (DirectLaunch.bind(compiled, call.args[:IO_ARGS], values[IO_ARGS:])
+                  if values is not None else None)
+        grid = (*call.grid, 1, 1)[:3]
+        plan = LaunchPlan(call=call, direct=direct, grid=grid, out_shape=tuple(o.shape),
+                          lse_shape=lse_shape, lse_dummy=None if return_lse else lse,
+                          contiguous_q=contiguous_q, contiguous_kv=contiguous_kv)
     return o, (lse if return_lse else None), plan

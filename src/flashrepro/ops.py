@@ -1,8 +1,8 @@
 """The forward as torch operators, for ``torch.compile``, CUDA graphs and ``torch.export``.
 
-Registered with ``torch.library.custom_op`` under the namespace ``flashrepro``, each with a fake
-(meta) implementation that checks the inputs (:func:`flashrepro.validation.validate`) and gives
-the output's shape, dtype and strides, so a compiler traces one opaque op instead of Triton's
+Defined with ``torch.library`` under the namespace ``flashrepro``, each with a fake (meta)
+implementation that checks the inputs (:func:`flashrepro.validation.validate`) and gives the
+output's shape, dtype and strides, so a compiler traces one opaque op instead of Triton's
 launcher (as FlashAttention-3 registers ``flash_attn_3::_flash_attn_forward``):
 
 * ``torch.ops.flashrepro.attention(q, k, v, causal, scale, enable_gqa, causal_alignment,
@@ -12,8 +12,12 @@ launcher (as FlashAttention-3 registers ``flash_attn_3::_flash_attn_forward``):
 :func:`flashrepro.attention` calls them by itself while it is being traced; eager calls go
 straight to :func:`flashrepro.launch.forward`, past the dispatcher. ``config`` is a
 :class:`~flashrepro.configs.KernelConfig` label or name (``KernelConfig.parse``), or None.
-Forward only: no autograd formula is registered, and inputs that require grad are refused as in
-eager mode.
+
+The ops are defined with ``torch.library.Library`` and a ``CompositeExplicitAutograd`` kernel
+rather than ``torch.library.custom_op``: custom_op's Python autograd wrapper cost about 28 µs
+per eager call on the H200 (lab/2026-12-01-host-path/), more than the kernel's own host work.
+Forward only: no autograd formula is registered, and inputs that require grad are refused as
+in eager mode.
 """
 
 from __future__ import annotations
@@ -24,69 +28,58 @@ from flashrepro.configs import KernelConfig
 from flashrepro.launch import forward
 from flashrepro.validation import validate
 
-
-def _run(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float | None,
-         enable_gqa: bool, causal_alignment: str, config: str | None,
-         return_lse: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-    return forward(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
-                   causal_alignment=causal_alignment, return_lse=return_lse,
-                   config=None if config is None else KernelConfig.parse(config), out=None)
+_ARGS = ("Tensor q, Tensor k, Tensor v, bool causal, float? scale, bool enable_gqa, "
+         "str causal_alignment, str? config")
+_LIB = torch.library.Library("flashrepro", "DEF")
+_LIB.define(f"attention({_ARGS}) -> Tensor")
+_LIB.define(f"attention_lse({_ARGS}) -> (Tensor, Tensor)")
 
 
-def _fake_output(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                 scale: float | None, enable_gqa: bool, causal_alignment: str,
-                 config: str | None) -> torch.Tensor:
-    validate(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
-             causal_alignment=causal_alignment)
-    if config is not None:
-        KernelConfig.parse(config)
-    return q.new_empty(q.shape)  # contiguous (B, H, Lq, D), as the kernel's output
+def _attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                   scale: float | None, enable_gqa: bool, causal_alignment: str,
+                   config: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse): o (B, H, Lq, D) contiguous in q's dtype, lse (B, H, Lq) float32, the
+    natural-log log-sum-exp of each row's scaled, masked scores. Arguments and errors are
+    :func:`flashrepro.attention`'s; ``config`` a label, a name or None.
 
-
-@torch.library.custom_op("flashrepro::attention", mutates_args=())
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-              scale: float | None, enable_gqa: bool, causal_alignment: str,
-              config: str | None) -> torch.Tensor:
-    """o = softmax(q·kᵀ·scale + mask)·v: :func:`flashrepro.attention` as an operator.
-
-    Args:
-        q: (B, H, Lq, D) float16/bfloat16; k, v: (B, H_kv, Lk, D); as
-            :func:`flashrepro.attention`, whose keyword arguments the others are.
-        config: a KernelConfig label (``"128x128 w8 s2 tma overlap ws"``), a name, or None.
-
-    Returns:
-        o, (B, H, Lq, D) contiguous, q's dtype.
-
-    Raises:
-        TypeError, ValueError: as :func:`flashrepro.attention` (also while tracing, from the
-            fake implementation).
-    """
-    o, _ = _run(q, k, v, causal, scale, enable_gqa, causal_alignment, config, False)
-    return o
-
-
-@attention.register_fake
-def _attention_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                    scale: float | None, enable_gqa: bool, causal_alignment: str,
-                    config: str | None) -> torch.Tensor:
-    return _fake_output(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
-
-
-@torch.library.custom_op("flashrepro::attention_lse", mutates_args=())
-def attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                  scale: float | None, enable_gqa: bool, causal_alignment: str,
-                  config: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`attention` that also returns the LSE: (o, lse), lse (B, H, Lq) float32, the
-    natural-log log-sum-exp of each row's scaled, masked scores."""
-    o, lse = _run(q, k, v, causal, scale, enable_gqa, causal_alignment, config, True)
+    Both ops store the LSE: a launch plan made here then holds no buffer of its own, which a
+    CUDA-graph pool (``mode="reduce-overhead"``) would count as a leaked allocation."""
+    o, lse = forward(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
+                     causal_alignment=causal_alignment, return_lse=True,
+                     config=None if config is None else KernelConfig.parse(config), out=None)
     assert lse is not None
     return o, lse
 
 
-@attention_lse.register_fake
-def _attention_lse_fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                        scale: float | None, enable_gqa: bool, causal_alignment: str,
-                        config: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    o = _fake_output(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+               scale: float | None, enable_gqa: bool, causal_alignment: str,
+               config: str | None) -> torch.Tensor:
+    return _attention_lse(q, k, v, causal, scale, enable_gqa, causal_alignment, config)[0]
+
+
+def _fake_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+              scale: float | None, enable_gqa: bool, causal_alignment: str,
+              config: str | None) -> tuple[torch.Tensor, torch.Tensor]:
+    validate(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
+             causal_alignment=causal_alignment)
+    if config is not None:
+        KernelConfig.parse(config)
     b, h, lq, _ = q.shape
-    return o, q.new_empty((b, h, lq), dtype=torch.float32)
+    return q.new_empty(q.shape), q.new_empty((b, h, lq), dtype=torch.float32)
+
+
+def _fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+          scale: float | None, enable_gqa: bool, causal_alignment: str,
+          config: str | None) -> torch.Tensor:
+    return _fake_lse(q, k, v, causal, scale, enable_gqa, causal_alignment, config)[0]
+
+
+_LIB.impl("attention", _attention, "CompositeExplicitAutograd")
+_LIB.impl("attention_lse", _attention_lse, "CompositeExplicitAutograd")
+torch.library.register_fake("flashrepro::attention", _fake, lib=_LIB)
+torch.library.register_fake("flashrepro::attention_lse", _fake_lse, lib=_LIB)
+
+attention = torch.ops.flashrepro.attention.default
+"""``torch.ops.flashrepro.attention``: o = softmax(q·kᵀ·scale + mask)·v, (B, H, Lq, D)."""
+attention_lse = torch.ops.flashrepro.attention_lse.default
+"""``torch.ops.flashrepro.attention_lse``: (o, lse)."""

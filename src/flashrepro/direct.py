@@ -1,0 +1,111 @@
+"""Launch a compiled Triton kernel again with little host work: Triton's C launcher called
+directly, TMA descriptors encoded once per tensor address.
+
+``CompiledKernel.run`` (Triton 3.6's ``CudaLauncher``) re-encodes every host-side TMA
+descriptor on every launch (``make_tensordesc_arg`` -> ``cuTensorMapEncodeTiled``), a few µs
+each, four per forward call. A descriptor's contents depend only on its tensor's address once
+dtype, shape, strides, block and swizzle are fixed — and a launch plan fixes them — so
+:class:`DirectLaunch` keeps each slot's encoded descriptor per address (a model's layers reuse
+a handful of addresses from torch's caching allocator) and calls the C launcher that
+``CudaLauncher`` wraps. Where the launcher is not the one this module knows (another Triton,
+a kernel that needs scratch memory), :meth:`DirectLaunch.bind` returns None and the caller
+keeps ``CompiledKernel.run``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from triton import knobs
+from triton.compiler import CompiledKernel
+
+try:  # Triton 3.6's NVIDIA launcher pieces; absent elsewhere (then nothing binds)
+    from triton.backends.nvidia.driver import CudaLauncher, make_tensordesc_arg
+except ImportError:  # pragma: no cover - other backends
+    CudaLauncher = make_tensordesc_arg = None
+
+MAX_ADDRESSES = 256
+"""Encoded descriptors kept per slot before that slot's cache starts over."""
+
+
+class DirectLaunch:
+    """One compiled kernel's launch with its arguments after the first ``io_count`` fixed.
+
+    Args:
+        raw: the C launcher (``mod.launch``).
+        compiled: the compiled kernel (function handle, packed metadata).
+        launcher: its ``CudaLauncher`` (cooperative-grid and PDL flags).
+        io_templates: the first ``len(io_templates)`` kernel arguments as first launched: a
+            tensor, or a TMA descriptor whose base is one.
+        tail: every later argument, as ``CompiledKernel.run`` takes it (no descriptors).
+    """
+
+    def __init__(self, raw: Callable[..., Any], compiled: CompiledKernel, launcher: Any,
+                 io_templates: tuple[Any, ...], tail: list[Any]) -> None:
+        self._raw = raw
+        self._compiled = compiled
+        self._head = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
+                      compiled.packed_metadata)
+        metas = iter(getattr(compiled.metadata, "tensordesc_meta", None) or [])
+        self._slots: list[tuple[Any, Any, dict[int, list[Any]]] | None] = [
+            None if isinstance(t, torch.Tensor) else (t, next(metas, None), {})
+            for t in io_templates]
+        self._tail = tail
+
+    @classmethod
+    def bind(cls, compiled: CompiledKernel, io_templates: tuple[Any, ...],
+             tail: list[Any]) -> DirectLaunch | None:
+        """A direct launch of ``compiled``, or None where its launcher is not Triton 3.6's
+        CUDA launcher, it needs scratch memory, or a later argument is a descriptor."""
+        launcher = compiled.run
+        if CudaLauncher is None or not isinstance(launcher, CudaLauncher):
+            return None
+        if launcher.global_scratch_size or launcher.profile_scratch_size:
+            return None
+        if any(not isinstance(v, (torch.Tensor, int, float, bool, type(None))) for v in tail):
+            return None
+        raw = launcher.launch
+        closure = getattr(raw, "__closure__", None)
+        if closure is not None:  # wrap_handle_tensordesc's inner: the C launcher is a cell
+            cells = dict(zip(raw.__code__.co_freevars, closure, strict=True))
+            if "launcher" not in cells:
+                return None
+            raw = cells["launcher"].cell_contents
+        if not callable(raw):
+            return None
+        return cls(raw, compiled, launcher, io_templates, tail)
+
+    def _expand(self, slot: int, tensor: torch.Tensor) -> list[Any]:
+        template, meta, cache = self._slots[slot]  # type: ignore[misc]
+        address = tensor.data_ptr()
+        expanded = cache.get(address)
+        if expanded is None:
+            desc = object.__new__(type(template))
+            desc.__dict__.update(template.__dict__)
+            desc.base = tensor
+            expanded = make_tensordesc_arg(desc, meta)
+            if len(cache) >= MAX_ADDRESSES:
+                cache.clear()
+            cache[address] = expanded
+        return expanded
+
+    def __call__(self, grid: tuple[int, int, int], stream: int,
+                 io: tuple[torch.Tensor, ...]) -> None:
+        """Launch on ``stream`` (a raw CUDA stream handle) with ``io`` as the first arguments:
+        tensors of the templates' dtype, shape, strides and 16-byte alignment."""
+        args: list[Any] = []
+        for slot, tensor in enumerate(io):
+            if self._slots[slot] is None:
+                args.append(tensor)
+            else:
+                args.extend(self._expand(slot, tensor))
+        args.extend(self._tail)
+        enter = knobs.runtime.launch_enter_hook
+        metadata = (None if enter is None else
+                    self._compiled.launch_metadata(grid, stream, *io, *self._tail))
+        coop, pdl, scratch, profile_scratch, packed = self._head
+        self._raw(grid[0], grid[1], grid[2], stream, self._compiled.function, coop, pdl,
+                  scratch, profile_scratch, packed, metadata, enter,
+                  knobs.runtime.launch_exit_hook, *args)
