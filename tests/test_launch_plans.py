@@ -136,3 +136,18 @@ def test_interpreter_plans_relaunch_through_the_jit_path(device: torch.device) -
     flashrepro.attention(q, k, v)
     (plan,) = launch._PLANS.values()
     assert (plan.direct is not None) == HAS_GPU
+
+
+def test_a_plan_keeps_no_tensor_of_its_first_call(device: torch.device) -> None:
+    """A cached plan must not pin the first call's q, k, v or output in memory (nor, on a GPU,
+    in a CUDA-graph pool)."""
+    import gc
+    import weakref
+
+    q, k, v = random_qkv(1, 2, 33, 33, 64, torch.float16, device)
+    o = flashrepro.attention(q, k, v, causal=True)
+    refs = [weakref.ref(t) for t in (q, k, v, o)]
+    del q, k, v, o
+    gc.collect()
+    assert launch.plan_count() == 1
+    assert all(r() is None for r in refs), "the plan holds a tensor of its first call"

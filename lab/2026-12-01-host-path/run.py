@@ -53,6 +53,21 @@ def _kernel_us_back_to_back(fn, calls: int) -> list[float]:
     return [1e3 * s.elapsed_time(e) for s, e in events]
 
 
+def _device_us_queued(fn, calls: int) -> float:
+    """GPU µs per call of ``calls`` calls queued behind a long busy-wait, events around the
+    whole batch: the device time of back-to-back calls (L2 warm), which an eager loop's wall
+    time per call equals when the call is device-bound."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)  # ~100 ms, longer than issuing the calls
+    start.record()
+    for _ in range(calls):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return 1e3 * start.elapsed_time(end) / calls
+
+
 def _plan_pieces(q, k, v) -> list[list[str]]:
     """Host µs of each piece of the launch-plan path, each timed alone in a loop of 500 (fewer
     launches than CUDA's queue holds, so none blocks)."""
@@ -78,7 +93,7 @@ def _plan_pieces(q, k, v) -> list[list[str]]:
         t0 = time.perf_counter_ns()
         for _ in range(500):
             fn()
-        rows.append([name, f"{(time.perf_counter_ns() - t0) / 500 / 1e3:.2f}", "", "", "", ""])
+        rows.append([name, f"{(time.perf_counter_ns() - t0) / 500 / 1e3:.2f}", *[""] * 5])
         torch.cuda.synchronize()
     return rows
 
@@ -125,14 +140,17 @@ def main() -> int:
         eager = statistics.median(eager_us_per_call(fn, 200) for _ in range(5))
         long_eager = _eager_gc_off(fn, 2000)
         in_eager = statistics.median(_kernel_us_back_to_back(fn, 200))
+        queued = statistics.median(_device_us_queued(fn, 200) for _ in range(5))
         kernel = statistics.median(time_calls(fn, 50))
         raw[name] = {"host_us": host, "eager_us": eager, "eager_2000_gc_off_us": long_eager,
-                     "kernel_us_in_eager_loop": in_eager, "kernel_us": kernel}
+                     "kernel_us_in_eager_loop": in_eager, "device_us_queued": queued,
+                     "kernel_us": kernel}
         rows.append([name, f"{host:.1f}", f"{eager:.1f}", f"{long_eager:.1f}",
-                     f"{in_eager:.1f}", f"{kernel:.1f}"])
+                     f"{in_eager:.1f}", f"{queued:.1f}", f"{kernel:.1f}"])
     rows += _plan_pieces(q, k, v)
     table = tabulate(rows, headers=["call", "host µs/call", "eager µs/call", "eager, 2000 calls, gc off",
-                                   "kernel µs in the eager loop", "kernel µs (L2 flushed)"])
+                                   "kernel µs in the eager loop", "device µs/call, queued",
+                                   "kernel µs (L2 flushed)"])
     meta = env.capture()
     text = (f"B={b} H={h} L={lq} D={d} fp16 causal; {meta['gpu']['name'] if meta['gpu'] else ''}"
             f", torch {meta['torch']}, triton {meta['triton']}, {meta['date']}"

@@ -21,6 +21,8 @@ import torch
 from triton import knobs
 from triton.compiler import CompiledKernel
 
+from flashrepro.kernels.call import rebind_io
+
 try:  # Triton 3.6's NVIDIA launcher pieces; absent elsewhere (then nothing binds)
     from triton.backends.nvidia.driver import CudaLauncher, make_tensordesc_arg
 except ImportError:  # pragma: no cover - other backends
@@ -37,8 +39,9 @@ class DirectLaunch:
         raw: the C launcher (``mod.launch``).
         compiled: the compiled kernel (function handle, packed metadata).
         launcher: its ``CudaLauncher`` (cooperative-grid and PDL flags).
-        io_templates: the first ``len(io_templates)`` kernel arguments as first launched: a
-            tensor, or a TMA descriptor whose base is one.
+        io_templates: the first ``len(io_templates)`` kernel arguments' slots
+            (:func:`flashrepro.kernels.call.io_templates`): None for a tensor, a TMA
+            descriptor (base None) for a descriptor.
         tail: every later argument, as ``CompiledKernel.run`` takes it (no descriptors).
     """
 
@@ -50,8 +53,7 @@ class DirectLaunch:
                       compiled.packed_metadata)
         metas = iter(getattr(compiled.metadata, "tensordesc_meta", None) or [])
         self._slots: list[tuple[Any, Any, dict[int, list[Any]]] | None] = [
-            None if isinstance(t, torch.Tensor) else (t, next(metas, None), {})
-            for t in io_templates]
+            None if t is None else (t, next(metas, None), {}) for t in io_templates]
         self._tail = tail
 
     @classmethod
@@ -82,10 +84,7 @@ class DirectLaunch:
         address = tensor.data_ptr()
         expanded = cache.get(address)
         if expanded is None:
-            desc = object.__new__(type(template))
-            desc.__dict__.update(template.__dict__)
-            desc.base = tensor
-            expanded = make_tensordesc_arg(desc, meta)
+            expanded = make_tensordesc_arg(rebind_io((template,), (tensor,))[0], meta)
             if len(cache) >= MAX_ADDRESSES:
                 cache.clear()
             cache[address] = expanded

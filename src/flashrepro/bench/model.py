@@ -299,12 +299,14 @@ def _recompile_room(limit: int = 64) -> Iterator[None]:
 
 def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: list[Shape],
             rounds: int, calls: int, vocab: int, progress: Callable[[str], None] = print,
-            checkpoint: Callable[[list[dict[str, Any]], dict[str, str]], None] | None = None
+            checkpoint: Callable[[list[dict[str, Any]], dict[str, str]], None] | None = None,
+            compile_impls: list[str] | None = None
             ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Rows of :func:`summarize` for every mode and shape, and the errors of variants that did
     not run ("mode B L impl" -> message); a failing variant is left out, never the run.
     ``checkpoint(rows, errors)`` is called after every (shape, mode), so that a run stopped by a
-    time limit keeps what it measured."""
+    time limit keeps what it measured. ``compile_impls``: the implementations timed in the
+    compile mode (default: all of ``models``)."""
     rows: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
     gen = torch.Generator("cuda").manual_seed(0)
@@ -320,6 +322,8 @@ def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: li
             extra: dict[str, dict[str, Any]] = {}
             for impl, model in models.items():
                 key = f"{mode} B={shape.batch} L={shape.seqlen} {impl}"
+                if mode == "compile" and compile_impls is not None and impl not in compile_impls:
+                    continue
                 try:
                     fwd = make_forward(model, impl)
                     if mode == "compile":
@@ -364,6 +368,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--impls", type=_csv(IMPLS), default=list(IMPLS),
                         help=f"comma-separated subset of {','.join(IMPLS)} (default: all; fa4 "
                              "only where flash_attn.cute imports)")
+    parser.add_argument("--compile-impls", type=_csv(IMPLS), default=None,
+                        help="the implementations compiled in the compile mode (default: "
+                             "those of --impls)")
     parser.add_argument("--lengths", type=env.positive_int, nargs="+",
                         default=[1024, 4096, 16384],
                         help="sequence lengths L, each dividing --tokens (default: %(default)s)")
@@ -448,7 +455,8 @@ def run(args: argparse.Namespace) -> int:
 
     with _recompile_room():
         rows, errors = measure(models, args.modes, shape_list, args.rounds, args.calls,
-                               config.vocab_size, checkpoint=write)
+                               config.vocab_size, checkpoint=write,
+                               compile_impls=args.compile_impls)
     write(rows, errors)
     print(table(rows, "simple"))
     print(text)

@@ -44,7 +44,8 @@ class KernelCall:
         return self.kernel[self.grid](*self.args, **self.kwargs)
 
     def with_io(self, io: tuple[Any, ...]) -> KernelCall:
-        """The same call with Q, K, V, O, LSE replaced by ``io`` (as :func:`rebind_io` builds)."""
+        """The same call with Q, K, V, O, LSE replaced by ``io`` (as :func:`rebind_io` builds,
+        or :func:`io_templates`)."""
         return KernelCall(self.kernel, self.grid, io + self.args[IO_ARGS:], self.kwargs)
 
     def ordered_values(self) -> list[Any] | None:
@@ -64,21 +65,28 @@ class KernelCall:
         return values
 
 
-def rebind_io(template: tuple[Any, ...], tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
-    """Q, K, V, O, LSE arguments for new ``tensors`` of the template's shapes and strides.
+def io_templates(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The Q, K, V, O, LSE slots of ``args`` with no tensor kept: None for a tensor slot, a
+    shallow copy of a TMA descriptor with ``base=None`` (so a stored plan pins no memory)."""
+    return tuple(None if isinstance(slot, torch.Tensor) else _with_base(slot, None)
+                 for slot in args[:IO_ARGS])
 
-    A tensor slot takes the new tensor; a TMA-descriptor slot a shallow copy of the template's
-    descriptor (shape, strides, block and layout are the template's) with the new tensor as its
-    base. The copy skips the descriptor's constructor checks: the caller guarantees the new
-    tensor's shape, strides, dtype and 16-byte alignment are the template's.
+
+def _with_base(desc: Any, base: torch.Tensor | None) -> Any:
+    """A shallow copy of a TMA descriptor with another base, past its constructor's checks."""
+    copy = object.__new__(type(desc))
+    copy.__dict__.update(desc.__dict__)
+    copy.base = base
+    return copy
+
+
+def rebind_io(templates: tuple[Any, ...], tensors: tuple[torch.Tensor, ...]) -> tuple[Any, ...]:
+    """Q, K, V, O, LSE arguments for new ``tensors`` from :func:`io_templates`' slots.
+
+    A tensor slot (None) takes the new tensor; a descriptor slot a copy of the template (shape,
+    strides, block and layout are the template's) with the new tensor as its base. The caller
+    guarantees the new tensor's dtype, shape, strides and 16-byte alignment are the first
+    call's.
     """
-    out = []
-    for slot, tensor in zip(template, tensors, strict=True):
-        if isinstance(slot, torch.Tensor):
-            out.append(tensor)
-        else:
-            desc = object.__new__(type(slot))
-            desc.__dict__.update(slot.__dict__)
-            desc.base = tensor
-            out.append(desc)
-    return tuple(out)
+    return tuple(tensor if slot is None else _with_base(slot, tensor)
+                 for slot, tensor in zip(templates, tensors, strict=True))
