@@ -82,13 +82,26 @@ def test_a_cached_signature_still_refuses_bad_input(device: torch.device) -> Non
         flashrepro.attention(q, k, v, causal=True, scale=1.0, return_lse=1)  # type: ignore[arg-type]
 
 
-def test_out_takes_the_full_path(device: torch.device) -> None:
-    """``out=`` is checked against the inputs' memory on every call: never from a plan."""
+def test_out_through_a_plan_is_still_checked(device: torch.device) -> None:
+    """``out=`` keys its own plan by its layout; its memory is checked against q, k and v on
+    every call, cached or not, and the output lands in it (poisoned first)."""
     q, k, v = random_qkv(1, 2, 33, 33, 16, torch.float16, device)
-    flashrepro.attention(q, k, v)
-    with pytest.raises(ValueError, match="out must not share memory with k"):
-        flashrepro.attention(q, k, v, out=k)
+    out = torch.empty_like(q)
+    for _ in range(2):
+        q, k, v = random_qkv(1, 2, 33, 33, 16, torch.float16, device)
+        out.fill_(float("nan"))
+        assert flashrepro.attention(q, k, v, causal=True, out=out) is out
+        assert_parity(out, None, q, k, v, causal=True)
     assert launch.plan_count() == 1
+    with pytest.raises(ValueError, match="out must not share memory with k"):
+        flashrepro.attention(q, k, v, causal=True, out=k)
+    with pytest.raises(ValueError, match="out must not share memory with v"):
+        flashrepro.attention(q, k, v, causal=True, out=v)
+    strided = torch.empty(1, 33, 2, 16, dtype=q.dtype, device=device).transpose(1, 2)
+    assert flashrepro.attention(q, k, v, causal=True, out=strided) is strided  # another plan
+    assert_parity(strided, None, q, k, v, causal=True)
+    assert flashrepro.attention(q, k, v, causal=True, out=q) is q  # allowed; out's plan
+    assert launch.plan_count() == 2
 
 
 @pytest.mark.gpu
