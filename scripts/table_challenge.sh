@@ -10,7 +10,7 @@
 #
 #   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=<sha> bash scripts/table_challenge.sh
 # with <sha> from the checkout the code came from (`git rev-parse HEAD` there): a copy of the
-# tree on a lent GPU machine may report a stale HEAD (lab/2026-11-29-three-consumer-tile/RUNS.md).
+# tree on a lent GPU machine may report a stale HEAD (lab/2026-11-29-three-consumer-tile/README.md, Files).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 11 (experiment 20, second part): each kernel's own duration at the article
+# H200: each kernel's own duration at the article
 # problem with a cold cache, as in a timed call: Nsight Compute flushing all caches before each
 # kernel (--cache-control all), against warm (none); HBM bytes read and written. 5 back-to-back
 # calls each of flashrepro, cuDNN and flash (kernel_durations.py), clocks not locked.

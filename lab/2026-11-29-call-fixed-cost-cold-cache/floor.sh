@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# H200, session 11, last call (experiment 20): the fixed cost of a call (floor_probe.py).
+# H200: the fixed cost of a call (floor_probe.py).
 #  1. floor_probe.py timing: tiny and one-tile-per-SM problems, side by side with the peers.
 #  2. Nsight Compute: each kernel's own duration (back-to-back calls, 4 problems x 3 kernels
-#     x 5 calls; cache and clocks not controlled), as session10_c.sh.
+#     x 5 calls; cache and clocks not controlled), as lab/2026-11-29-three-consumer-tile/coldstart.sh.
 #   OUT=/tmp/out bash lab/2026-11-29-call-fixed-cost-cold-cache/floor.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD

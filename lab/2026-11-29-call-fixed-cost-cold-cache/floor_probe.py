@@ -1,7 +1,7 @@
 """The fixed cost of a call: flashrepro against cuDNN and flash on problems too small to hide it
-(session 11, experiment 20).
+(lab/2026-11-29-call-fixed-cost-cold-cache/).
 
-Experiment 18's timeline of the article problem non-causal summed to ~46.6 kcycles per
+The timeline of lab/2026-11-29-three-consumer-tile/ of the article problem non-causal summed to ~46.6 kcycles per
 consumer and its warps spanned ~49.8 kcycles, while Nsight Compute gave the kernel 31.7 µs
 (~55 kcycles at 1.75 GHz) and a timed call 35.7 µs: a few µs of each call lie outside any
 consumer phase (the CTAs' launch and set-up, the last store's drain, the launch itself). Are
@@ -14,7 +14,7 @@ they ours, or does cuDNN pay them too? Problems at D = 128, fp16, non-causal, wi
 timing: interleaved rounds with the project's timer (L2 flushed, busy-wait before each call):
 flashrepro's default launch, the ws kernel with one program per tile, torch's cuDNN and flash.
 calls: 5 back-to-back calls of flashrepro, cuDNN and flash on each of the first four problems,
-for Nsight Compute to read each kernel's own duration (``session11_e.sh``).
+for Nsight Compute to read each kernel's own duration (``floor.sh`` beside this file).
 """
 
 from __future__ import annotations

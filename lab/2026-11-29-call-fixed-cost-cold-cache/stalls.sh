@@ -1,6 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 11 (experiment 20, third part): why a cold cache costs the ws kernel more than
-# cuDNN (session11_f.sh). Nsight Compute's warp-stall reasons (per issued instruction) for
+# H200: why a cold cache costs the ws kernel more than cuDNN (cold_cache.sh). Nsight Compute's warp-stall reasons (per issued instruction) for
 # flashrepro and cuDNN at the article problem, cold (--cache-control all) and warm (none):
 # "no_instruction" counts warps waiting for instruction fetch; "long_scoreboard" for global
 # memory; "barrier"/"membar"/"wait" for synchronization. 2 calls each, clocks not locked.

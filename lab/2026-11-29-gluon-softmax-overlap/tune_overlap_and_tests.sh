@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# H200, session 6, last call (experiment 14 through the API; experiment 11's open D=96 point):
+# H200: the Gluon overlap kernel through the API, and the mma.sync default's open D=96 point
+# (lab/2026-11-29-mma-sync-default/):
 #  1. GPU tests of the new launches: the parity matrix for the overlap (Gluon) configs, the
 #     check that they run the Gluon kernel, the mma.sync children, the config rules.
 #  2. `tune` through the API: Triton's 64x64 TMA default tiles against fa3-overlap, D 64/128,

@@ -1,4 +1,4 @@
-"""Where the rare ~1 ms host times of timed calls come from (session 6, experiment 13).
+"""Where the rare ~1 ms host times of timed calls come from (lab/2026-11-29-host-time-outliers/).
 
 Run from the repository root on a GPU machine:
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 5, second call (issues 6, 9, 7, 4): host time per call (host_probe.py); the
+# H200: host time per call (host_probe.py); the
 # article run made the baseline with the ~1 ms busy-wait; the GPU workflow's steps in order
 # (ci_steps.sh: doctor, the whole GPU suite, executed counts, reproduce --gate against that
 # baseline); then the gate experiment. Logs and results land in $OUT/all.tgz.

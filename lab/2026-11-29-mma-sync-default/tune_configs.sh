@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 6, third call (issue 7): two config experiments with `tune` (no --write).
+# H200: two config experiments with `tune` (no --write).
 #  1. The mma.sync path (DISABLE_MMA_V3=1): the off-table default 64x64 w4 s3 against the
 #     p-in-registers launch (128x64 w8, s3 and s2) over the sweep's grid (lab/2026-11-29-mma-sync-default/).
 #  2. Non-causal D=128 on the wgmma path: deeper K/V pipelines and the tutorial's shapes

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# H200, session 8, call C: each tile's epilogue deferred under the next tile's first GEMM.
+# H200: each tile's epilogue deferred under the next tile's first GEMM.
 #  1. ws_probe.py parity: the kernel against the tests' reference (persistent, 5-7 programs).
-#  2. session8_ws.py c: timed side by side with the kernel of call A (ab96de8).
+#  2. ws_side_by_side.py c: timed side by side with the kernel at ab96de8 (two Q buffers, snake).
 #  3. The GPU parity tests of every warp-specialized and tuned-table config.
 #
 #   git show ab96de8:src/flashrepro/kernels/fwd_gluon_ws.py > lab/2026-11-29-persistent-tile-boundary/ws_before.py

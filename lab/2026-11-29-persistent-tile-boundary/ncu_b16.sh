@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# H200, session 8, call D: Nsight Compute's per-instruction warp-stall samples of the default
+# H200: Nsight Compute's per-instruction warp-stall samples of the default
 # launch at B=16 (the article problem otherwise, non-causal): 16 rounds of tiles per SM, so
-# the tile transitions outweigh the kernel's cold start (call B profiled B=2: two rounds).
+# the tile transitions outweigh the kernel's cold start (ncu_blocks.sh profiled B=2: two rounds).
 #
 #   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=$(git rev-parse HEAD) bash lab/2026-11-29-persistent-tile-boundary/ncu_b16.sh
 set -uo pipefail

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# H200, session 8, call B: where the tile-boundary time goes.
-#  1. session8_ws.py blocks: the kernel at BLOCK_N 128 (s2) and 64 (s2, s3, s4) side by side.
+# H200: where the tile-boundary time goes.
+#  1. ws_side_by_side.py blocks: the kernel at BLOCK_N 128 (s2) and 64 (s2, s3, s4) side by side.
 #  2. Nsight Compute's per-instruction warp-stall samples of the default launch at the article
 #     problem, non-causal and causal (SourceCounters, WarpStateStats; clocks left alone).
 #

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# H200, session 8, call A (experiment 16): the warp-specialized kernel with two Q buffers per
+# H200: the warp-specialized kernel with two Q buffers per
 # consumer, ping-pong across tiles and the snake schedule.
-#  1. session8_ws.py: timed side by side with the kernel before (041defe), fa3-overlap, torch.
+#  1. ws_side_by_side.py: timed side by side with the kernel before (041defe), fa3-overlap, torch.
 #  2. ws_probe.py parity: the kernel against the tests' reference (persistent, 5-7 programs).
 #  3. The GPU parity tests of every warp-specialized and tuned-table config.
 #

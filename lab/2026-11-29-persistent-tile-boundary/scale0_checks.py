@@ -1,4 +1,5 @@
-"""GPU checks from the break8 review (not part of the suite; run on the H200):
+"""GPU checks of attention(scale=0) and of the persistent ws kernel with many tiles per program
+(not part of the suite; run on the H200):
 
     PYTHONPATH=src:. python -m pytest -q -n 8 -p no:cacheprovider lab/2026-11-29-persistent-tile-boundary/scale0_checks.py
 

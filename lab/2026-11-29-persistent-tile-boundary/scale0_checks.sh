@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# H200: the GPU half of the break8 review (one command; outputs under $OUT).
-#  1. break8_checks.py: attention(scale=0.0) through the Gluon kernels (expected today: the
+# H200: scale=0 and ws stress checks before the fix (one command; outputs under $OUT).
+#  1. scale0_checks.py: attention(scale=0.0) through the Gluon kernels (expected today: the
 #     Gluon cases FAIL with NaN output), and the persistent ws kernel with many tiles per
 #     program for every allowed (block_n, stages) x D x dtype x mask, GQA (expected: pass).
-#  2. break8_fallback_timing.py: the Triton kernel at the ws table entry's tiles (D=96/80,
+#  2. lab/probes/fallback_timing.py: the Triton kernel at the ws table entry's tiles (D=96/80,
 #     bottom-right Lq > Lk) against 64x64 w4 s3 tma and 128x64 w8 s3 tma.
 #
 #   OUT=/tmp/out bash lab/2026-11-29-persistent-tile-boundary/scale0_checks.sh

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# H200, session 8, call E: after the scale=0 fix in the Gluon softmax (masked blocks scale
+# H200: after the scale=0 fix in the Gluon softmax (masked blocks scale
 # before masking).
-#  1. break8_checks.py: scale=0 through every kernel path, and the persistent ws kernel with
+#  1. scale0_checks.py: scale=0 through every kernel path, and the persistent ws kernel with
 #     64 tiles per program (7 programs) over every allowed (block_n, stages), D, dtype, mask.
 #  2. The gated reproduce against the baseline committed from 1a9200a (the fix changes only
 #     the masked blocks' softmax: FMUL + FADD instead of FFMA).

@@ -1,4 +1,4 @@
-"""Session 8 (experiment 16): the warp-specialized kernel with two Q buffers per consumer, the
+"""lab/2026-11-29-persistent-tile-boundary/: the warp-specialized kernel with two Q buffers per consumer, the
 ping-pong order kept across tiles, and a "snake" persistent schedule, against the kernel as
 it was before (041defe), side by side.
 
@@ -12,9 +12,9 @@ now (persistent: one program per SM; and one program per tile), the kernel befor
 (persistent), the non-specialized Gluon kernel at 64x64 (``fa3-overlap``), torch's cuDNN and
 flash backends; at the article problem causal and not, and at larger problems where the
 per-tile cost (L 512, 1024 at B·L = 16k) or the causal schedule (L 4096, 16384) shows.
-With ``blocks`` (call B): the kernel now at BLOCK_N 128 (2 stages) and 64 (2, 3, 4 stages) on
-the first five of those problems. With ``c`` (call C): the kernel now against the one in
-``ws_before.py``, whose ``COMMIT`` names the commit it was taken from (session8_c.sh).
+With ``blocks`` (ncu_blocks.sh): the kernel now at BLOCK_N 128 (2 stages) and 64 (2, 3, 4 stages) on
+the first five of those problems. With ``c`` (deferred_epilogue.sh): the kernel now against the one
+in ``ws_before.py``, whose ``COMMIT`` names the commit it was taken from.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def problems() -> list[Problem]:
 
 
 def variants(q, k, v, causal: bool, sms: int) -> dict:
-    """Call B: the kernel now at each (BLOCK_N, stages) that fits, persistent."""
+    """``blocks``: the kernel now at each (BLOCK_N, stages) that fits, persistent."""
     return {f"ws now 128x{bn} s{st}": ws_call(q, k, v, causal, (bn, st), sms)
             for bn, st in ((128, 2), (64, 2), (64, 3), (64, 4))}
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU session 1 (H200): smoke + parity matrix + first reproduce + config exploration.
+# H200, first GPU run: smoke + parity matrix + first reproduce + config exploration.
+#   OUT=/tmp/out bash lab/2026-11-29-plain-fa2-first-run/first_run.sh
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 5, first call (issue 7): re-tune the default configs with the interleaved
+# H200: re-tune the default configs with the interleaved
 # tuner and the 128-row candidates, then the article run (causal and non-causal rows, made
 # the new baseline) and the sweep with the new table. Everything lands in $OUT/all.tgz.
 #

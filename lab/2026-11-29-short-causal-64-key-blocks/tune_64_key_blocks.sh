@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 11, last call: the two-consumer ws kernel with 64-key blocks for short causal
+# H200: the two-consumer ws kernel with 64-key blocks for short causal
 # problems, where cuDNN leads most (D = 64 causal L <= 2048: 0.84-0.98x; D = 128 causal L = 512:
 # 0.94-0.95x). A challenger run against the table without --write (a measurement only).
 #   OUT=/tmp/out bash lab/2026-11-29-short-causal-64-key-blocks/tune_64_key_blocks.sh

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 10, third call (experiment 18): the ws kernel's cold start.
+# H200: the ws kernel's cold start.
 #  1. coldstart_probe.py timing: the producer holding back all but the first loads of a
 #     program until they land (variants qk0, qqk0) against the kernel now, 6 problems.
 #  2. coldstart_probe.py parity: both variants, ws_probe's 44 cases.

@@ -1,12 +1,13 @@
 """The cold start of the ws kernel: the first loads of a program on the critical path alone
-(session 10, experiment 18).
+(lab/2026-11-29-three-consumer-tile/).
 
-timeline_probe.py (session 10, call B) showed that at the article problem each consumer's first
+timeline_probe.py (ws3_tune_bench.sh) showed that at the article problem each consumer's first
 tile waits ~3.1k cycles for its Q and K_0, 12 % of that tile, against 0.2k for the second tile
 (loaded behind the first). At the start every SM loads at once: each program's producer issues
 both consumers' Q, K_0, V_0, K_1, V_1 (160 KiB) together, ~21 MB across the GPU, ~8 MB of it
-distinct (from HBM), and consumer 0 needs only its Q and K_0 of those to start. Session 9 issued
-the same loads in the order of first use (call E) and saw no gain: all of them were still in
+distinct (from HBM), and consumer 0 needs only its Q and K_0 of those to start. The load-order
+variant (lab/2026-11-29-turn-next-q-epilogue/) issued the same loads in the order of first
+use and saw no gain: all of them were still in
 flight together. Here the producer holds the rest back until the first ones have landed:
 
 - ``qk0``: consumer 0's Q and K_0 go alone; the producer waits for both to land before it

@@ -1,8 +1,8 @@
-"""Prepared in session 9 for the next H200 session (experiment 18): FA3's 192-row tile for
+"""FA3's 192-row tile for
 D = 64, three consumer warpgroups of 64 rows (160 registers each) in the warp-specialized
 kernel, against its two-consumer 128-row tile (what ``fa3-ws`` launches).
 
-Why (lab/2026-11-29-persistent-tile-boundary/-17): at D = 64 the sweep trails cuDNN by 4-16 %. A consumer's GEMMs
+Why (lab/2026-11-29-persistent-tile-boundary/, lab/2026-11-29-turn-next-q-epilogue/): at D = 64 the sweep trails cuDNN by 4-16 %. A consumer's GEMMs
 shrink with D but its softmax does not, so with two consumers the softmax of one is longer
 than the other's GEMMs and the tensor cores wait; a third consumer gives each softmax two
 others' GEMMs to hide behind. Compiled offline: no spills non-causal, a few scalar spills (40

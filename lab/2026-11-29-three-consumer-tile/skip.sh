@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 10, fourth call (experiment 18): consumers skip the key blocks none of their
+# H200: consumers skip the key blocks none of their
 # rows sees (the kernel now) against the kernel before (lab/2026-11-29-three-consumer-tile/ws_before_skip.py, the
 # module at the previous commit, written by the caller).
 #  1. Parity: ws_probe.py (two consumers, 44 cases), consumers_probe.py (three, 42 cases).

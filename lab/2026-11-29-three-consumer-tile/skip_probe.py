@@ -1,4 +1,4 @@
-"""Consumers skip the key blocks none of their rows sees (session 10, experiment 18).
+"""Consumers skip the key blocks none of their rows sees (lab/2026-11-29-three-consumer-tile/).
 
 The ws kernel walks each tile's key range, that of its last row, with every consumer. With
 FA3's 192-row tile (fa3-ws3, D = 64) under a causal mask the first consumers thus compute 1-2
@@ -11,7 +11,7 @@ side with the kernel before, written by the caller (git is not on the device):
     git show a2c6688:src/flashrepro/kernels/fwd_gluon_ws.py > lab/2026-11-29-three-consumer-tile/ws_before_skip.py
     PYTHONPATH=src:. python lab/2026-11-29-three-consumer-tile/skip_probe.py
 
-Run in session 10 (call D, ``reproduce/results/nvidia-h200/session10/d-skip``) with the skip for
+Run for lab/2026-11-29-three-consumer-tile/skip/ with the skip for
 two consumers too ("ws2 now"); e3dc9a1 keeps it for three only, so today "ws2 now" and "ws2
 before" are the same kernel.
 """

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 10, first call (experiment 18).
+# H200: the ws kernel's timeline, and three consumers against two at D = 64.
 #  1. timeline_probe.py: Proton's intra-kernel timeline of the ws kernel (article problem
 #     non-causal and causal, B=16 L=1024 non-causal): where a tile's time goes.
 #  2. consumers_probe.py timing: three consumers (192-row tile) against two at D = 64.

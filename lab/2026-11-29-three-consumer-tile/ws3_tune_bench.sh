@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# H200, session 10, second call (experiment 18), after the three-consumer tile became a config
+# H200, after the three-consumer tile became a config
 # (fa3-ws3: 192x128 w12 s3 tma overlap ws, D = 64 only).
-#  1. timeline_probe.py: Proton's intra-kernel timeline (first call's buffer size was refused).
+#  1. timeline_probe.py: Proton's intra-kernel timeline (timeline_consumers.sh's buffer size was refused).
 #  2. The GPU parity tests of the new configs (fa3-ws3, 192x64 w12 s4; fa3-ws3 at D = 128 runs
 #     the Triton fallback) and the three-consumer launch test.
 #  3. `tune --against-table --write` at D = 64 with three-consumer challengers.

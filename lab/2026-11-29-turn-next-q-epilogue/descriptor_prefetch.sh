@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 9, fourth call (experiment 17): the kernel with its four TMA descriptors
+# H200: the kernel with its four TMA descriptors
 # prefetched at the start (PTX prefetch.param.tensormap on the kernel's descriptor parameters,
 # SASS UTMACCTL.PF, as FA3's prefetch_tma_descriptor) against the kernel as it is (56f4f97),
 # side by side: variant_probe.py, first 4 problems (article non-causal and causal, B=16 L=1024

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 9, second call (experiment 17): the next tile's Q issued a tile ahead (right
+# H200: the next tile's Q issued a tile ahead (right
 # after the previous tile's first K/V block) against the kernel with Q issued just before its
 # tile (a71ef80, named-barrier turn) and the one before that (e6d106d, mbarrier turn).
 #  1. ws_probe.py parity: the kernel as it is, 44 cases.

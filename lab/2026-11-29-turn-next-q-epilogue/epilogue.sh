@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 9, third call (experiment 17), side by side: the kernel now (the Gluon epilogue
+# H200, side by side: the kernel now (the Gluon epilogue
 # normalising O with one reciprocal per row and a multiply per element instead of a
 # div.full.f32 per element; the row max over column pairs first), the epilogue change alone
 # ("recip") and neither (a71ef80).

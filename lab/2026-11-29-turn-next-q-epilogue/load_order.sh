@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 9, fifth call (experiment 17): the producer issuing a tile's loads in the order
+# H200: the producer issuing a tile's loads in the order
 # of first use (consumer 0's Q, K_0, consumer 1's Q, V_0) instead of both Q tiles first,
 # against the kernel before (56f4f97, written by the caller to lab/2026-11-29-turn-next-q-epilogue/ws_56f4f97.py:
 #   git show 09f8b86:src/flashrepro/kernels/fwd_gluon_ws.py > lab/2026-11-29-turn-next-q-epilogue/ws_56f4f97.py).

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# H200, session 9, first call:
+# H200:
 #  1. turn_probe.py parity, then timing: the ping-pong turn on named barriers (bar.sync /
 #     bar.arrive 8/9, as FA3's warp-scheduler barrier) against the mbarrier turn of the kernel
 #     as it is (lab/2026-11-29-turn-next-q-epilogue/).
-#  2. break8_fallback_timing.py: the Triton fallback where the table's Gluon choice cannot run.
+#  2. lab/probes/fallback_timing.py: the Triton fallback where the table's Gluon choice cannot run.
 #
 #   OUT=/tmp/out bash lab/2026-11-29-turn-next-q-epilogue/named_barrier_turn.sh
 set -uo pipefail

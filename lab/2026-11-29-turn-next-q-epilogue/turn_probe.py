@@ -1,12 +1,11 @@
-"""Session 9, call A (experiment 17; results in
-``reproduce/results/nvidia-h200/session9/a-named-barrier-turn/``): the ping-pong turn handed
+"""lab/2026-11-29-turn-next-q-epilogue/ (results in ``named-barrier-turn/``): the ping-pong turn handed
 over with named barriers, as FA3's warp-scheduler barrier, instead of mbarriers. It was
 0.7-1.9 % faster at three of the four problems and equal at the article causal one, and the
 kernel has passed its turn that way since a71ef80 (which also skips consumer 1's last pass of
 a program; this variant leaves that arrival pending at exit), so the EDITS below match only
-the kernel as it was before (e6d106d); kept as the record of the call.
+the kernel as it was before (e6d106d); kept as the record of that measurement.
 
-lab/2026-11-29-persistent-tile-boundary/, call D: 7.5-12.4 % of each consumer's stall samples sit in the warpgroup
+lab/2026-11-29-persistent-tile-boundary/ (ncu-b16/): 7.5-12.4 % of each consumer's stall samples sit in the warpgroup
 ``BAR.SYNC 0x2, 0x80`` that Gluon emits before every ``mbarrier.arrive`` (all 128 threads meet,
 then one arrives), the largest before a consumer passes the turn. Here a consumer waits with
 ``bar.sync 8 + c, 256`` and passes with ``bar.arrive 8 + (1 - c), 256``, each thread arriving
@@ -28,7 +27,7 @@ from pathlib import Path
 
 from flashrepro.kernels import fwd_gluon_ws
 
-HELPERS = '''
+TURN_FUNCS = '''
 TURN_BARRIER = gl.constexpr(8)  # named barriers 8 and 9: above the ids Gluon's partitions use
 
 
@@ -49,7 +48,7 @@ def _turn_pass(CONSUMER: gl.constexpr):
 
 '''
 EDITS = [  # (text in the kernel, replacement, expected count)
-    ("\n\n@gluon.jit\ndef _tile_blocks(", "\n" + HELPERS + "\n@gluon.jit\ndef _tile_blocks(", 1),
+    ("\n\n@gluon.jit\ndef _tile_blocks(", "\n" + TURN_FUNCS + "\n@gluon.jit\ndef _tile_blocks(", 1),
     ("mbarrier.wait(turn.index(CONSUMER), (turns & 1) ^ (1 - CONSUMER))",
      "_turn_wait(CONSUMER)", 3),
     ("mbarrier.arrive(turn.index(1 - CONSUMER), count=1)", "_turn_pass(CONSUMER)", 3),

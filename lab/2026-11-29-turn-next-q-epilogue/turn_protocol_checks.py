@@ -1,4 +1,5 @@
-"""GPU checks from the break9 review of session 9 (not part of the suite; run on the H200):
+"""GPU checks of the named-barrier turn, the snake schedule and the moved table entry (not part
+of the suite; run on the H200):
 
     timeout 900 env PYTHONPATH=src:. python -m pytest -q -v -p no:cacheprovider \\
         lab/2026-11-29-turn-next-q-epilogue/turn_protocol_checks.py
@@ -16,7 +17,7 @@ A hang (the named-barrier turn) shows as the last test named by ``-v`` before th
    every output bitwise equal to the first (the kernel is deterministic: one program per tile,
    a fixed order), the first at parity. Expected: pass (no state left on a barrier between
    launches or programs shows up as a hang or a wrong tile).
-3. The tuned-table entry moved in session 9 (sm90-d64-causal-l4096 -> fa3-ws): which kernel
+3. The tuned-table entry moved at 293a467 (sm90-d64-causal-l4096 -> fa3-ws): which kernel
    the default launch runs around it, and parity there. Expected: the ws kernel for D=64 causal
    with Lq in 2048..8191 (top-left, bottom-right with Lq <= Lk, GQA); the Triton fallback for
    D=48 (padded to the d64 key), bottom-right with Lq > Lk, a q that TMA cannot address (head

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# H200, session 7, last call: call B's suite (ci_steps.sh) had 7 failures, every one a CUDA
+# H200: the whole GPU suite (ci_steps.sh, ci-steps/) had 7 failures, every one a CUDA
 # out-of-memory error while two workers held 32 GiB each (l16384 tuned-table references).
-# Rerun those 7 tests alone (2 workers), then the workflow's two steps that call B never
+# Rerun those 7 tests alone (2 workers), then the workflow's two steps that suite never
 # reached: the executed-count SASS check and the gated reproduce, with ci_steps.sh's commands.
 # (SKIP_RERUN=1: the two steps only; the first run of this script made an unconditional
 # python shim, so nox found a python without torch.)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 7, first call (experiment 15): the warp-specialized Gluon kernel.
+# H200: the warp-specialized Gluon kernel.
 #  1. Parity of every warp-specialized launch config (lab/probes/ws_probe.py parity).
 #  2. Times against the Triton default, the non-specialized Gluon kernel, cuDNN and torch flash.
 #

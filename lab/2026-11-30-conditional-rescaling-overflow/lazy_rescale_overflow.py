@@ -1,4 +1,4 @@
-"""GPU check from the break12 review: the conditional rescaling's comparison at large scores.
+"""GPU check of the conditional rescaling's comparison at large scores.
 
 Run from the repository root on an H200 (writes $OUT/lazy_rescale_overflow.txt, exit 1 when a
 case fails):
@@ -9,7 +9,7 @@ The ws kernels' loop kept a row's reference max m_i unless a block's max exceede
 From |m_i| >= 2^27 float32's spacing is 16, and the sum ``m_i + 8`` is a tie that rounds to
 even: for m_i = 2^27 + 16 it gives 2^27 + 32, so a block whose max is 2^27 + 32 (16 above m_i)
 did not move the reference and P reached 2^16, inf in float16 (bf16 holds it; the fa3-overlap
-kernel, MAX_LAG 0, is unaffected). Since break12 the test is ``m_block - m_i > 8``.
+kernel, MAX_LAG 0, is unaffected). Since 6335126 the test is ``m_block - m_i > 8``.
 
 Inputs (scale = ln 2, so the kernels' qk_scale is exactly 1.0 and scores in log2 units are the
 exact float32 dot products): every query row q = (4096, 1, 0, ...); keys k_j = (32768, 16, 0, ...)
@@ -17,7 +17,7 @@ in block 0 (scores 2^27 + 16), (32768, 0, ...) after it (2^27), except key 200 =
 (2^27 + 32); v random. The answer is ~0.998 v_200 + 2^-16 sum_{j<128} v_j, finite.
 
 Expected at 0826cbb (before the fix): float16 fa3-ws and fa3-ws3 (and the default launch where
-it picks one of them) non-finite; everything else ok. At break12: every case ok.
+it picks one of them) non-finite; everything else ok. At 6335126 and after: every case ok.
 
 Second part, the rescale's skip (``_rescale_moved_rows``): with N(0, 1) inputs a row's max
 almost never moves by more than 8 after block 0, so the suite's random cases rarely take the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# H200, session 12, first probe call (experiment 22): the row sums kept as each thread's
+# H200: the row sums kept as each thread's
 # partials in the loop (the quad's shuffles once, in the epilogue; FA3's softmax does so)
 # against the kernel at f44323c (conditional rescaling, row sums reduced across the quad after
 # every block), side by side; then the ws kernel's parity cases.

@@ -1,4 +1,4 @@
-"""First GPU run of the Gluon kernel with FA3's softmax/wgmma overlap (experiment 14).
+"""First GPU run of the Gluon kernel with FA3's softmax/wgmma overlap (lab/2026-11-29-gluon-softmax-overlap/).
 
 Run from the repository root on an H200:
 

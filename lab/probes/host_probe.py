@@ -1,4 +1,4 @@
-"""Host time per call against GPU time per call, at the article config (experiment 6).
+"""Host time per call against GPU time per call, at the article config (lab/2026-11-29-host-time-per-call/).
 
 Run from the repository root on a GPU machine:
 

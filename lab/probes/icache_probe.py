@@ -1,8 +1,8 @@
-"""Does a timed call pay for fetching the kernel's code? (session 11, experiment 20, diagnostic)
+"""Does a timed call pay for fetching the kernel's code? (diagnostic; lab/2026-11-29-call-fixed-cost-cold-cache/)
 
 With every cache cold (Nsight Compute ``--cache-control all``) the ws kernel's warps stall on
 instruction fetch 4-7x as often as warm and the kernel takes 36.3 µs against cuDNN's 32.6
-(session11_f/g.sh). The project's timer flushes L2 before each call, which evicts the code from
+(cold_cache.sh, stalls.sh there). The project's timer flushes L2 before each call, which evicts the code from
 L2 too. Here each kernel is timed by the project's timer (``time_calls_and_host``: L2
 flushed, busy-wait, CUDA events around one call) and, alternately, with the same compiled
 kernel launched once on a tiny problem between the flush and the busy-wait (its
@@ -13,7 +13,7 @@ pre-warm). On an H200, from the repository root:
 
     PYTHONPATH=src:. python lab/probes/icache_probe.py
 
-Session 11's run (5c484e2, ``reproduce/results/nvidia-h200/session11/g-stalls/icache.txt``)
+The committed run (5c484e2, lab/2026-11-29-call-fixed-cost-cold-cache/stalls/icache.txt)
 wrote the timer's steps out in the probe, with Python's garbage collector left on.
 """
 

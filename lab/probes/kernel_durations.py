@@ -1,6 +1,6 @@
 """Back-to-back calls of flashrepro's default launch, torch's cuDNN and flash backends at the
 article problem (causal or not), for Nsight Compute to read each kernel's own duration and SM
-clock (session10_c.sh): how much of a timed call's period is the kernel itself.
+clock (lab/2026-11-29-three-consumer-tile/coldstart.sh): how much of a timed call's period is the kernel itself.
 
     PYTHONPATH=src:. python lab/probes/kernel_durations.py full|causal [calls]
 """

@@ -1,5 +1,5 @@
 """A few calls of flashrepro's default launch at the article problem (causal or not), for
-Nsight Compute to profile one of them (session8_b.sh).
+Nsight Compute to profile one of them (lab/2026-11-29-persistent-tile-boundary/ncu_blocks.sh).
 
     PYTHONPATH=src python lab/probes/ncu_target.py full|causal [calls] [batch]
 

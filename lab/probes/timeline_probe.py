@@ -1,7 +1,7 @@
 """Where a tile's time goes in the warp-specialized kernel: an intra-kernel timeline with
-Triton's Proton instrumentation (session 10, experiment 18).
+Triton's Proton instrumentation (lab/2026-11-29-three-consumer-tile/).
 
-Experiment 16 fitted the kernel's times at L = 1024 and 4096 (B·L = 16k): ~1.57 µs per 128x128
+lab/2026-11-29-persistent-tile-boundary/ fitted the kernel's times at L = 1024 and 4096 (B·L = 16k): ~1.57 µs per 128x128
 key block and ~3.6 µs per tile on top, against cuDNN's ~2.3 µs per tile; at the article
 problem (two tiles per program) that is most of what separates it from the ratio targets.
 Stall samples (ncu) say where warps wait, not when. Proton's instrumentation mode
@@ -29,7 +29,7 @@ max over the consumer warps of all programs) of the second and third launch prin
 Units: Proton converts clock cycles at a nominal 1000 MHz (the trace's ``Frequency (MHz)``), so
 a trace µs is 1000 SM cycles. Proton's host work separates the launches (they are not back to
 back), and its counters cost the consumers a few spilled registers: compare phases with each
-other, not with the timed kernel. Session 10's run: lab/2026-11-29-three-consumer-tile/.
+other, not with the timed kernel. Committed runs: lab/2026-11-29-three-consumer-tile/.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ EDITS = [  # (text in the kernel, replacement): each must occur exactly once
 ]
 PHASES = ["wait_q_k0", "block0", "loop", "last_pv", "epilogue"]
 # Per CTA, a global buffer split evenly over the kernel's 12 warps; each share must be a power
-# of two (session 10's first call was refused with 64 KiB): 4 KiB, 512 records of 8 bytes, 160
+# of two (timeline-consumers/ was refused with 64 KiB): 4 KiB, 512 records of 8 bytes, 160
 # per launch at B=16.
 MODE = proton.mode.Default(buffer_type="global", granularity="warp", buffer_size=12 * 4096)
 SM90_MAX_SHARED = 232448  # bytes per block on sm_90 (227 KiB), what Proton's hook reads
@@ -102,7 +102,7 @@ def split_launches(events: list[dict]) -> list[dict[tuple, list[dict]]]:
     units), while inside a launch some warp is always inside a scope, so a stretch above a
     tenth of the median loop with no scope open is a new launch. A warp is (CTA, warp): the
     trace's ``pid`` also names the SM ("Core"), and a CTA may run on another SM in another
-    launch (session 10's traces: CTAs 0-7 did)."""
+    launch (the committed ws3-tune-bench/ traces: CTAs 0-7 did)."""
     loop = statistics.median(float(e["dur"]) for e in events if e["name"] == "loop")
     launches: list[dict[tuple, list[dict]]] = []
     end = float("-inf")

@@ -1,11 +1,11 @@
-"""The warp-specialized kernel as it is against earlier states of it, side by side (session 9,
-experiment 17 on).
+"""The warp-specialized kernel as it is against earlier states of it, side by side
+(lab/2026-11-29-turn-next-q-epilogue/ and later).
 
 Each earlier state is the kernel module at a commit, written to a file and imported from its
-path (Triton's JIT needs the source file). The saved module still imports its helpers
-(``store_output``, the softmax, the tile order) from the tree under test: where those changed
+path (Triton's JIT needs the source file). The saved module still imports its shared
+functions (``store_output``, the softmax, the tile order) from the tree under test: where those changed
 since (56f4f97 changed ``fwd_gluon.store_output``), save them too and point the import at the
-copy, or the earlier state runs with today's helpers. On an H200, from the repository root:
+copy, or the earlier state runs with today's versions. On an H200, from the repository root:
 
     git show a71ef80:src/flashrepro/kernels/fwd_gluon.py > /tmp/fwd_gluon_a71ef80.py
     git show a71ef80:src/flashrepro/kernels/fwd_gluon_ws.py \\

@@ -1,4 +1,4 @@
-"""GPU runs of the warp-specialized, persistent Gluon kernel (experiment 15).
+"""GPU runs of the warp-specialized, persistent Gluon kernel (lab/2026-11-29-warp-specialization/).
 
 Run from the repository root on an H200:
 
@@ -14,7 +14,7 @@ B=4 L=4096 causal and not, and B=16 L=1024 D=64 non-causal: the kernel (persiste
 program per tile) and the non-specialized Gluon kernel against flashrepro's default, torch's
 cuDNN and flash backends.
 
-The session-7 runs of this probe (``reproduce/results/nvidia-h200/session7/ws-*``) timed
+The runs of this probe in lab/2026-11-29-warp-specialization/ (ws-first/, ws-persistent/) timed
 earlier states of the kernel: one program per tile and one or two consumer warpgroups at
 54d7a4f, persistent at 8fae499, ping-pong optional at 0728639. Ping-pong is always on since,
 and only two consumers are kept; this script runs the kernel as it is now.
