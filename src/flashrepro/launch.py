@@ -212,8 +212,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     key = _signature(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse, config)
     if key is not None and out is not None:
         # out's layout keys the plan; its memory is checked against q, k, v on every call
-        key = (key + (out.shape, out.stride(), out.dtype, out.get_device(),
-                      out.data_ptr() & 15 == 0)) if type(out) is torch.Tensor else None
+        key = ((*key, out.shape, out.stride(), out.dtype, out.get_device(),
+                out.data_ptr() & 15 == 0) if type(out) is torch.Tensor else None)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         if out is not None:
