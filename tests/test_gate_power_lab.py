@@ -116,3 +116,16 @@ def test_slowdowns_are_per_round_against_the_unmodified_kernel(lab) -> None:
     assert out["unmodified"]["slowdown"] == 0.0
     assert out["fma9"]["slowdown"] == pytest.approx(0.04)
     assert out["fma9"]["ratio_vs_torch_flash"] == pytest.approx(0.52)
+
+
+def test_the_calibration_swaps_the_module_the_launch_uses() -> None:
+    """The calibration swaps the ws kernel module where the default launch looks it up
+    (flashrepro.launch), and clears the launch plans around each swapped call: a plan binds
+    the kernel it first compiled."""
+    import flashrepro.launch
+    from flashrepro.kernels import fwd_gluon_ws
+
+    assert flashrepro.launch.fwd_gluon_ws is fwd_gluon_ws
+    source = (Path(__file__).resolve().parents[1] / "lab" / "2026-12-01-gate-power"
+              / "run.py").read_text()
+    assert "launch.fwd_gluon_ws = module" in source and "launch.clear_plans()" in source

@@ -11,12 +11,33 @@ import pytest
 from flashrepro import readme
 
 RESULTS = json.loads(readme.RESULTS.read_text())
+MODEL = json.loads(readme.MODEL_RESULTS.read_text())
 
 
 def test_readme_tables_match_the_results() -> None:
     text = readme.README.read_text()
-    assert readme.render(text, RESULTS) == text, (
+    assert readme.render(text, RESULTS, MODEL) == text, (
         "README tables drifted from the results: python -m flashrepro readme --write")
+
+
+def test_the_model_table_follows_model_json() -> None:
+    """Every timed shape is a row; a changed tokens/s or ratio changes the README."""
+    table = readme.model(MODEL)
+    for row in MODEL["rows"]:
+        assert f"{row['batch']} x {row['seqlen']}" in table
+        assert f"{row['tokens_per_s'] / 1e3:.0f}" in table
+    changed = copy.deepcopy(MODEL)
+    changed["rows"][0]["tokens_per_s"] *= 2
+    text = readme.README.read_text()
+    assert readme.render(text, RESULTS, changed) != text
+
+
+def test_the_setup_line_names_gpu_versions_and_commit() -> None:
+    line = readme.setup(RESULTS)
+    env = RESULTS["env"]
+    for part in (env["gpu"]["name"], env["gpu"]["driver"], env["torch"], env["triton"],
+                 env["git_commit"]):
+        assert part in line
 
 
 def test_readme_is_short() -> None:
@@ -45,9 +66,13 @@ def test_new_records_and_optional_fields_appear() -> None:
     header = table.splitlines()[0]
     assert "host µs" in header and "eager µs" in header
     assert "249.0" in table and "251.5" in table
-    assert "host µs" not in readme.headline(RESULTS).splitlines()[0]
+    bare = copy.deepcopy(RESULTS)
+    for record in bare["records"]:
+        record.pop("host_us", None)
+        record.pop("eager_us", None)
+    assert "host µs" not in readme.headline(bare).splitlines()[0]
 
 
 def test_missing_markers_are_an_error() -> None:
-    with pytest.raises(ValueError, match="begin: headline"):
+    with pytest.raises(ValueError, match="begin: setup"):
         readme.render("no tables here\n", RESULTS)

@@ -13,7 +13,7 @@ code is not touched:
 
 - ``unmodified``: the copy as it is (the A/A runs);
 - ``lag0``: conditional rescaling off (``MAX_LAG`` 8 -> 0: O is rescaled whenever a row's max
-  moves), about 2 % (reproduce/NOTES.md, experiment 21);
+  moves), about 2 % (lab/2026-11-29-conditional-rescaling/);
 - ``fmaN``: a chain of N dependent FMAs per key block on the path from the block's running
   max into alpha, so the next block's O rescale and P·V wait for it; the chain is finite, and
   ``alpha + chain * 0.0`` equals alpha bit for bit. N is calibrated for 3 % and 5 %.
@@ -130,26 +130,29 @@ def child_env(tree: Path) -> dict[str, str]:
 def calibrate_child(spec: dict[str, Any]) -> dict[str, Any]:
     """In one process: the ``flashrepro`` call with each variant's kernel module and
     torch-flash, interleaved rounds; per variant the per-round medians (µs)."""
-    import flashrepro.api as api
+    import flashrepro.launch as launch
     from flashrepro.bench.kernels import make_call
     from flashrepro.bench.problem import load_article
     from flashrepro.bench.timing import interleaved_rounds
     problem, _ = load_article()
     inputs = problem.inputs()
-    own = api.fwd_gluon_ws
+    own = launch.fwd_gluon_ws
     fns = {"torch-flash": make_call("torch-flash", inputs, problem.causal)}
     for name, tree in spec["trees"].items():
         loader = importlib.util.spec_from_file_location(WS_MODULE, Path(tree) / "src" / WS_FILE)
         module = importlib.util.module_from_spec(loader)
-        loader.loader.exec_module(module)  # not in sys.modules: the api's import stays
+        loader.loader.exec_module(module)  # not in sys.modules: launch's import stays
         call = make_call("flashrepro", inputs, problem.causal)
 
         def swapped(call=call, module=module):
-            api.fwd_gluon_ws = module
+            # A launch plan binds the kernel it first compiled: none may outlive the swap.
+            launch.clear_plans()
+            launch.fwd_gluon_ws = module
             try:
                 return call()
             finally:
-                api.fwd_gluon_ws = own
+                launch.fwd_gluon_ws = own
+                launch.clear_plans()
         fns[name] = swapped
     t0 = time.perf_counter()
     rounds = interleaved_rounds(fns, rounds=spec["rounds"], calls_per_round=spec["calls"])

@@ -1,5 +1,6 @@
 """``python -m flashrepro readme --check|--write``: README.md's tables, generated from the
-committed results JSON (``reproduce/results/<gpu>/reproduce.json``).
+committed results JSON (``reproduce/results/<gpu>/reproduce.json``, and ``model.json`` for the
+Qwen3 prefill table).
 
 Each table sits between ``<!-- begin: NAME -->`` and ``<!-- end: NAME -->`` in README.md;
 ``--write`` replaces what is there, ``--check`` exits 1 when it differs (tests/test_readme.py
@@ -23,6 +24,7 @@ from flashrepro.env import REPO_ROOT
 
 README = REPO_ROOT / "README.md"
 RESULTS = REPO_ROOT / "reproduce" / "results" / "nvidia-h200" / "reproduce.json"
+MODEL_RESULTS = RESULTS.with_name("model.json")
 MODES = {"": "causal", " (non-causal)": "non-causal", " (mma.sync)": "mma.sync, causal"}
 """Record-name suffix -> the column group it fills (bench.reproduce's NON_CAUSAL and the
 mma.sync child's suffix)."""
@@ -94,19 +96,61 @@ def sass(results: dict[str, Any]) -> str:
     return tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)
 
 
-TABLES = {"headline": headline, "sass": sass}
+def setup(results: dict[str, Any]) -> str:
+    """One line: the GPU, driver, versions, date and commit of the run, and its gate verdict."""
+    env = results["env"]
+    gpu = env.get("gpu") or {}
+    gate = results.get("gate") or {}
+    verdict = (f", gate {gate['status'].upper()} (exit {gate['exit_code']})"
+               if "status" in gate else "")
+    fa4 = f", FA4 {env['flash_attn_4']}" if env.get("flash_attn_4") else ""
+    return (f"GPU: one {gpu.get('name', '?')}, driver {gpu.get('driver', '?')}, torch "
+            f"{env['torch']}, triton {env['triton']}{fa4}; {env['date'][:10]}, commit "
+            f"{env.get('git_commit') or '?'}{verdict}.")
 
 
-def render(text: str, results: dict[str, Any]) -> str:
-    """``text`` with each marked table replaced by its generated form.
+def model(data: dict[str, Any]) -> str:
+    """The Qwen3 prefill table: per mode and shape, thousands of tokens/s of each
+    implementation and flashrepro's tokens/s over the best SDPA backend's (higher is better);
+    an implementation that did not run there is blank."""
+    impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
+    shapes = list(dict.fromkeys((r["mode"], r["batch"], r["seqlen"]) for r in data["rows"]))
+    cell = {(r["mode"], r["batch"], r["seqlen"], r["impl"]): r for r in data["rows"]}
+    headers = ["mode", "B x L", *(f"{i} k tok/s" for i in impls), "frepro / best SDPA"]
+    table = []
+    for mode, b, length in shapes:
+        line = [mode, f"{b} x {length}"]
+        for impl in impls:
+            r = cell.get((mode, b, length, impl))
+            line.append(_num(r["tokens_per_s"] / 1e3, 0) if r else "")
+        mine = cell.get((mode, b, length, "frepro"))
+        line.append(_num(mine.get("ratio_to_best_sdpa"), 3) if mine else "")
+        table.append(line)
+    return tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)
+
+
+TABLES = {"setup": setup, "headline": headline, "sass": sass}
+MODEL_TABLES = {"model": model}
+
+
+def _replace(text: str, name: str, body: str) -> str:
+    pattern = re.compile(rf"(<!-- begin: {name} -->\n).*?(<!-- end: {name} -->)", re.S)
+    match = pattern.search(text)
+    if match is None:
+        raise ValueError(f"README has no <!-- begin: {name} --> ... <!-- end: {name} -->")
+    return text[: match.end(1)] + body + "\n" + text[match.start(2):]
+
+
+def render(text: str, results: dict[str, Any], model_results: dict[str, Any] | None = None
+           ) -> str:
+    """``text`` with each marked table replaced by its generated form (the model tables only
+    when ``model_results`` is given).
 
     Raises ValueError when a table's markers are missing."""
     for name, make in TABLES.items():
-        pattern = re.compile(rf"(<!-- begin: {name} -->\n).*?(<!-- end: {name} -->)", re.S)
-        if pattern.search(text) is None:
-            raise ValueError(f"README has no <!-- begin: {name} --> ... <!-- end: {name} -->")
-        match = pattern.search(text)
-        text = text[: match.end(1)] + make(results) + "\n" + text[match.start(2):]
+        text = _replace(text, name, make(results))
+    for name, make in MODEL_TABLES.items() if model_results is not None else ():
+        text = _replace(text, name, make(model_results))
     return text
 
 
@@ -116,12 +160,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--write", action="store_true", help="rewrite the tables in README.md")
     parser.add_argument("--readme", type=Path, default=README)
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--model-results", type=Path, default=MODEL_RESULTS)
 
 
 def run(args: argparse.Namespace) -> int:
     """Check or write; returns 0, or 1 when ``--check`` finds a difference."""
     text = args.readme.read_text()
-    new = render(text, json.loads(args.results.read_text()))
+    new = render(text, json.loads(args.results.read_text()),
+                 json.loads(args.model_results.read_text()))
     if args.write:
         args.readme.write_text(new)
         return 0
