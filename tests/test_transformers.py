@@ -204,10 +204,11 @@ def test_integration_traces_fullgraph(monkeypatch: pytest.MonkeyPatch) -> None:
     "eager": dynamo only): whether ``flashrepro.attention`` itself traces is the torch op's
     test."""
     def stand_in(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                 scale: float | None, enable_gqa: bool, causal_alignment: str) -> torch.Tensor:
+                 scale: float | None, enable_gqa: bool, causal_alignment: str,
+                 out: torch.Tensor) -> torch.Tensor:
         assert causal_alignment == "bottom_right" and q.shape[2] == k.shape[2]
-        return torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=causal, scale=scale, enable_gqa=enable_gqa)
+        return out.copy_(torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, scale=scale, enable_gqa=enable_gqa))
 
     monkeypatch.setattr(flashrepro, "attention", stand_in)
     torch._dynamo.reset()

@@ -159,10 +159,14 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         raise _refuse("output_attentions=True (the kernel never forms the attention weights)")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = query.shape[2] > 1 and bool(causal)
-    out = flashrepro.attention(query, key, value, causal=causal, scale=scaling,
-                               enable_gqa=key.shape[1] != query.shape[1],
-                               causal_alignment="bottom_right")
-    return out.transpose(1, 2).contiguous(), None
+    b, h, lq, d = query.shape
+    # The kernel writes any strides: straight into the (B, L, H, D) layout transformers wants,
+    # with no transpose copy afterwards (SDPA's flash and cuDNN outputs are that layout too).
+    out = torch.empty((b, lq, h, d), dtype=query.dtype, device=query.device)
+    flashrepro.attention(query, key, value, causal=causal, scale=scaling,
+                         enable_gqa=key.shape[1] != query.shape[1],
+                         causal_alignment="bottom_right", out=out.transpose(1, 2))
+    return out, None
 
 
 def register() -> None:
