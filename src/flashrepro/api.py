@@ -27,6 +27,7 @@ from flashrepro.validation import (
     _check_flag,
     check_out,
     check_out_like,
+    check_scale_and_alignment,
     interpreter_mode,
     validate,
 )
@@ -143,7 +144,10 @@ def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     """:func:`attention` under ``torch.compile``/``torch.export`` (or on tensor subclasses):
     through the registered operators (:mod:`flashrepro.ops`), whose fake implementation the
     tracer sees; ``out`` is then written by a copy of the op's output."""
-    _check_flag("return_lse", return_lse)
+    for name, flag in (("causal", causal), ("enable_gqa", enable_gqa),
+                       ("return_lse", return_lse)):
+        _check_flag(name, flag)  # the op's schema would coerce 1 to True
+    check_scale_and_alignment(scale, causal_alignment)
     if isinstance(config, KernelConfig):
         config = config.label()
     elif config is not None and not isinstance(config, str):

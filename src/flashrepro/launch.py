@@ -182,8 +182,9 @@ def plan_count() -> int:
 def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
                causal_alignment: Any, return_lse: Any, config: Any) -> tuple[Any, ...] | None:
     """The plan-cache key of a call, or None where the call must take the full path: inputs
-    that are not plain tensors, flags that are not bools, arguments of other types, CPU tensors
-    outside the interpreter, inputs that require grad while autograd is on."""
+    that are not plain dense tensors (or carry a negation bit), flags that are not bools,
+    arguments of other types, tensors on neither a GPU nor the interpreter's CPU, inputs that
+    require grad while autograd is on."""
     tensor = torch.Tensor
     if not (type(q) is tensor and type(k) is tensor and type(v) is tensor
             and causal.__class__ is bool and enable_gqa.__class__ is bool
@@ -191,15 +192,21 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
             and (config is None or config.__class__ in (str, KernelConfig))
             and (scale is None or scale.__class__ in (float, int))):
         return None
-    if not q.is_cuda and not interpreter_mode():
+    if not (q.is_cuda or (q.device.type == "cpu" and interpreter_mode())):
         return None
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return None
-    aligned = (q.data_ptr() | k.data_ptr() | v.data_ptr()) & 15 == 0
+    if (q.layout is not _STRIDED or k.layout is not _STRIDED or v.layout is not _STRIDED
+            or q.is_neg() or k.is_neg() or v.is_neg()):
+        return None
+    # Triton specializes each pointer on its own 16-byte alignment: one bit per tensor
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
-            v.dtype, q.get_device(), k.get_device(), v.get_device(), aligned, causal, scale,
-            scale.__class__, enable_gqa, causal_alignment, return_lse, config,
-            os.environ.get("DISABLE_MMA_V3"))
+            v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
+            k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale, scale.__class__,
+            enable_gqa, causal_alignment, return_lse, config, os.environ.get("DISABLE_MMA_V3"))
+
+
+_STRIDED = torch.strided
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,

@@ -57,8 +57,9 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     The rules, in the order they are checked:
 
     1. ``causal`` and ``enable_gqa`` are bools (TypeError).
-    2. q, k and v are ``torch.Tensor`` (TypeError) with 4 dims (B, H, L, D) (ValueError) and
-       dtype float16 or bfloat16 (TypeError); all three share one dtype (TypeError).
+    2. q, k and v are dense (strided) ``torch.Tensor`` (TypeError) with 4 dims (B, H, L, D)
+       (ValueError), no lazy negation bit (ValueError) and dtype float16 or bfloat16
+       (TypeError); all three share one dtype (TypeError).
     3. q, k and v are on one device (ValueError), and it is a CUDA device, or the CPU when the
        kernels run under Triton's interpreter, see :func:`interpreter_mode`, set before the
        kernels were defined at import (ValueError); on the
@@ -86,8 +87,15 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.layout != torch.strided:
+            raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}; "
+                            f"pass {name}.to_dense()")
         if t.dim() != 4:
             raise ValueError(f"{name} must have 4 dims (B, H, L, D), got shape {tuple(t.shape)}")
+        if t.is_neg():
+            raise ValueError(f"{name} is a view with torch's lazy negation bit set (e.g. the "
+                             "imaginary part of a conjugate), which the kernel cannot read; "
+                             f"pass {name}.resolve_neg()")
         if t.dtype not in SUPPORTED_DTYPES:
             where = " (bfloat16 on a GPU only)" if t.device.type == "cpu" else ""
             raise TypeError(f"{name} has dtype {t.dtype}; supported dtypes: {_dtype_names()}"
@@ -145,10 +153,25 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
         raise ValueError(f"B·H·cdiv(Lq, 16) = {programs} exceeds CUDA's launch limit of "
                          f"{MAX_PROGRAMS} programs (one per head and query block; blocks may "
                          "be as small as 16 rows)")
+    check_scale_and_alignment(scale, causal_alignment)
+
+
+def check_scale_and_alignment(scale: object, causal_alignment: object) -> None:
+    """Rules 9 and 10 of :func:`validate`, which need no tensor (also checked while tracing).
+
+    Raises:
+        TypeError: ``scale`` not None or a real number, or a bool.
+        ValueError: ``scale`` not finite or below 0; ``causal_alignment`` not one of the two.
+    """
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be None or a real number, got {type(scale).__name__}")
-    if scale is not None and not (math.isfinite(scale) and scale >= 0):
-        raise ValueError(f"scale must be a finite number >= 0, got {scale}")
+    if scale is not None:
+        try:
+            finite = math.isfinite(scale) and scale >= 0
+        except OverflowError:  # an int beyond float's range
+            finite = False
+        if not finite:
+            raise ValueError(f"scale must be a finite number >= 0, got {scale}")
     if causal_alignment not in ("top_left", "bottom_right"):
         raise ValueError("causal_alignment must be 'top_left' (SDPA's is_causal) or "
                          f"'bottom_right', got {causal_alignment!r}")
@@ -187,10 +210,14 @@ def check_out_like(out: object, like: torch.Tensor) -> torch.Tensor:
 
 def check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
     """`out`, checked against q (`like`) and the inputs it must not share memory with (the
-    kernel writes it while other programs still read them); a fresh buffer when None."""
+    kernel writes it while other programs still read them); a fresh buffer when None. An
+    ``out`` that requires grad is refused while autograd is on, as torch's own out= ops do."""
     if out is None:
         return torch.empty(like.shape, dtype=like.dtype, device=like.device)
     out = check_out_like(out, like)
+    if out.requires_grad and torch.is_grad_enabled():
+        raise ValueError("out requires grad, but flashrepro's attention is forward-only and "
+                         "writes out in place; pass a tensor that does not require grad")
     if _overlaps_itself(out):
         raise ValueError(f"out must not overlap itself (each element its own memory), got "
                          f"strides {out.stride()} for shape {tuple(out.shape)}")

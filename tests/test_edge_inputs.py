@@ -1,9 +1,7 @@
-"""Adversarial tests of the launch-plan cache, the torch.library ops and validation: each test
-states the input that breaks a promise of :func:`flashrepro.attention` (a cache hit that skips
-a check, bad input without a clear error, a silently wrong result).
-
-Each test fails on the code it was written against (commit a4bddb7) for the reason its
-docstring gives; it passes once the bug is fixed.
+"""Edge inputs against the launch-plan cache, the torch.library ops and validation: each test
+states an input that would break a promise of :func:`flashrepro.attention` (a cache hit that
+skips a check, bad input without a clear error, a silently wrong result). Each failed at
+a4bddb7 for the reason its docstring gives.
 """
 
 from __future__ import annotations
