@@ -215,6 +215,10 @@ def _has_buildx(cli: str) -> bool:
         return False
 
 
+DOCKER_FALLBACK_DIRS = ("/usr/bin",)
+"""Folders searched for another Docker client besides $PATH (Debian's docker.io lives here)."""
+
+
 def docker_client_problem(cli: str) -> str | None:
     """Why ``cli`` cannot build the Dockerfile (it uses ``RUN --mount``, so BuildKit), with
     what to do; None when it can.
@@ -230,7 +234,7 @@ def docker_client_problem(cli: str) -> str | None:
     if version < (23,) or _has_buildx(cli):
         return None
     others = []
-    for folder in [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin"]:
+    for folder in [*os.environ.get("PATH", "").split(os.pathsep), *DOCKER_FALLBACK_DIRS]:
         candidate = os.path.join(folder, "docker")
         if (os.path.isfile(candidate) and os.access(candidate, os.X_OK)
                 and os.path.realpath(candidate) != os.path.realpath(shutil.which(cli) or cli)

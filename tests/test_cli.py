@@ -269,7 +269,8 @@ def _fake_docker(path: Path, version: str, buildx: bool) -> Path:
 def test_docker_client_without_buildx_is_explained(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     nf = _noxfile()
-    (tmp_path / "new").mkdir()
+    monkeypatch.setattr(nf, "DOCKER_FALLBACK_DIRS", ())  # only the fake clients: this machine's
+    (tmp_path / "new").mkdir()                           # own docker must not answer
     (tmp_path / "old").mkdir()
     new = _fake_docker(tmp_path / "new" / "docker", "28.2.2", buildx=False)
     monkeypatch.setenv("PATH", str(tmp_path / "new"))
