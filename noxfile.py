@@ -215,8 +215,9 @@ def _has_buildx(cli: str) -> bool:
         return False
 
 
-DOCKER_FALLBACK_DIRS = ("/usr/bin",)
-"""Folders searched for another Docker client besides $PATH (Debian's docker.io lives here)."""
+#: Folders searched after $PATH for a client that can build (Debian's docker.io puts its 20.10
+#: client there, while a newer CLI without buildx may come first on $PATH).
+DOCKER_CLIENT_FALLBACK_DIRS: tuple[str, ...] = ("/usr/bin",)
 
 
 def docker_client_problem(cli: str) -> str | None:
@@ -234,7 +235,7 @@ def docker_client_problem(cli: str) -> str | None:
     if version < (23,) or _has_buildx(cli):
         return None
     others = []
-    for folder in [*os.environ.get("PATH", "").split(os.pathsep), *DOCKER_FALLBACK_DIRS]:
+    for folder in [*os.environ.get("PATH", "").split(os.pathsep), *DOCKER_CLIENT_FALLBACK_DIRS]:
         candidate = os.path.join(folder, "docker")
         if (os.path.isfile(candidate) and os.access(candidate, os.X_OK)
                 and os.path.realpath(candidate) != os.path.realpath(shutil.which(cli) or cli)
@@ -264,7 +265,7 @@ def docker_daemon_problem(cli: str) -> str | None:
         return None
     return (f"{cli} cannot reach a Docker daemon ({(out.stderr.strip().splitlines() or [''])[-1]})."
             " Start it: with systemd `sudo systemctl start docker`; without systemd (a container,"
-            " WSL) `sudo dockerd > /tmp/dockerd.log 2>&1 &`, then wait until `docker info` "
+            " WSL) `sudo setsid dockerd > /tmp/dockerd.log 2>&1 &`, then wait until `docker info` "
             "answers (docs/docker.md)")
 
 

@@ -269,16 +269,20 @@ def _fake_docker(path: Path, version: str, buildx: bool) -> Path:
 def test_docker_client_without_buildx_is_explained(tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     nf = _noxfile()
-    monkeypatch.setattr(nf, "DOCKER_FALLBACK_DIRS", ())  # only the fake clients: this machine's
-    (tmp_path / "new").mkdir()                           # own docker must not answer
+    (tmp_path / "new").mkdir()
     (tmp_path / "old").mkdir()
     new = _fake_docker(tmp_path / "new" / "docker", "28.2.2", buildx=False)
+    # Only the fake clients: a host with Debian's docker.io in /usr/bin must not change the answer.
+    monkeypatch.setattr(nf, "DOCKER_CLIENT_FALLBACK_DIRS", ())
     monkeypatch.setenv("PATH", str(tmp_path / "new"))
     problem = nf.docker_client_problem(str(new))
     assert problem is not None and "without the buildx plugin" in problem
     assert "install the buildx plugin" in problem and "DOCKER=/usr/bin/docker" in problem
     old = _fake_docker(tmp_path / "old" / "docker", "20.10.24+dfsg1", buildx=False)
     monkeypatch.setenv("PATH", os.pathsep.join([str(tmp_path / "new"), str(tmp_path / "old")]))
+    assert f"DOCKER={old} nox -s docker" in nf.docker_client_problem(str(new))
+    monkeypatch.setenv("PATH", str(tmp_path / "new"))       # found in a fallback folder too
+    monkeypatch.setattr(nf, "DOCKER_CLIENT_FALLBACK_DIRS", (str(tmp_path / "old"),))
     assert f"DOCKER={old} nox -s docker" in nf.docker_client_problem(str(new))
     assert nf.docker_client_problem(str(old)) is None
     assert nf.docker_client_problem(str(_fake_docker(tmp_path / "x", "28.2.2", True))) is None
