@@ -172,3 +172,16 @@ class TestCompiledFlagTypes:
         fn = _compiled(lambda q, k, v: flashrepro.attention(q, k, v, **kwargs))
         with pytest.raises(Exception, match=rule):
             fn(q, k, v)
+
+
+def test_out_with_a_negation_bit_is_refused_on_every_call() -> None:
+    """An ``out`` view with the negation bit would be written as stored (values negated on
+    read): refused by name, also when its plain twin's plan is cached."""
+    q, k, v = _qkv()
+    plain = torch.empty_like(q)
+    flashrepro.attention(q, k, v, out=plain)
+    neg = torch.complex(torch.zeros_like(q, dtype=torch.float32),
+                        torch.zeros_like(q, dtype=torch.float32)).to(torch.complex32).conj().imag
+    assert neg.is_neg()
+    with pytest.raises(ValueError, match="out must be a dense"):
+        flashrepro.attention(q, k, v, out=neg)

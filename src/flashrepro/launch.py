@@ -117,6 +117,10 @@ def _on_device(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
+_NO_SWITCH = contextlib.nullcontext()
+_STRIDED = torch.strided
+
+
 @dataclass(frozen=True)
 class LaunchPlan:
     """What a call signature launches, fixed by its first call (see the module docstring).
@@ -165,7 +169,6 @@ class LaunchPlan:
         return o, (None if self.lse_dummy is not None else lse)
 
 
-_NO_SWITCH = contextlib.nullcontext()
 _PLANS: dict[tuple[Any, ...], LaunchPlan] = {}
 
 
@@ -206,9 +209,6 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
             enable_gqa, causal_alignment, return_lse, config, os.environ.get("DISABLE_MMA_V3"))
 
 
-_STRIDED = torch.strided
-
-
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
             scale: float | None, enable_gqa: bool, causal_alignment: str, return_lse: bool,
             config: KernelConfig | str | None,
@@ -219,8 +219,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     key = _signature(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse, config)
     if key is not None and out is not None:
         # out's layout keys the plan; its memory is checked against q, k, v on every call
-        key = ((*key, out.shape, out.stride(), out.dtype, out.get_device(),
-                out.data_ptr() & 15 == 0) if type(out) is torch.Tensor else None)
+        plain = type(out) is torch.Tensor and out.layout is _STRIDED and not out.is_neg()
+        key = ((*key, out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15 == 0)
+               if plain else None)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         if out is not None:

@@ -201,6 +201,10 @@ def check_out_like(out: object, like: torch.Tensor) -> torch.Tensor:
     checked while tracing (``torch.compile`` writes ``out`` by a copy of the op's output)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    if out.layout != torch.strided or out.is_neg():
+        raise ValueError("out must be a dense (strided) tensor without torch's lazy negation "
+                         f"bit (the kernel writes its memory as stored), got layout {out.layout}"
+                         f", is_neg {out.is_neg()}")
     if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device:
         raise ValueError(f"out must match q's shape {tuple(like.shape)}, dtype {like.dtype} "
                          f"and device {like.device}; got {tuple(out.shape)}, {out.dtype}, "
