@@ -183,5 +183,5 @@ def test_out_with_a_negation_bit_is_refused_on_every_call() -> None:
     neg = torch.complex(torch.zeros_like(q, dtype=torch.float32),
                         torch.zeros_like(q, dtype=torch.float32)).to(torch.complex32).conj().imag
     assert neg.is_neg()
-    with pytest.raises(ValueError, match="out must be a dense"):
+    with pytest.raises(ValueError, match="out must not carry torch's lazy negation bit"):
         flashrepro.attention(q, k, v, out=neg)

@@ -201,10 +201,8 @@ def check_out_like(out: object, like: torch.Tensor) -> torch.Tensor:
     checked while tracing (``torch.compile`` writes ``out`` by a copy of the op's output)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
-    if out.layout != torch.strided or out.is_neg():
-        raise ValueError("out must be a dense (strided) tensor without torch's lazy negation "
-                         f"bit (the kernel writes its memory as stored), got layout {out.layout}"
-                         f", is_neg {out.is_neg()}")
+    if out.layout != torch.strided:
+        raise ValueError(f"out must be a dense (strided) tensor, got layout {out.layout}")
     if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device:
         raise ValueError(f"out must match q's shape {tuple(like.shape)}, dtype {like.dtype} "
                          f"and device {like.device}; got {tuple(out.shape)}, {out.dtype}, "
@@ -219,6 +217,9 @@ def check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch.
     if out is None:
         return torch.empty(like.shape, dtype=like.dtype, device=like.device)
     out = check_out_like(out, like)
+    if out.is_neg():  # under tracing the op's output is copied in, which honours the bit
+        raise ValueError("out must not carry torch's lazy negation bit: the kernel writes its "
+                         "memory as stored; pass a plain tensor")
     if out.requires_grad and torch.is_grad_enabled():
         raise ValueError("out requires grad, but flashrepro's attention is forward-only and "
                          "writes out in place; pass a tensor that does not require grad")
