@@ -185,3 +185,16 @@ def test_out_with_a_negation_bit_is_refused_on_every_call() -> None:
     assert neg.is_neg()
     with pytest.raises(ValueError, match="out must not carry torch's lazy negation bit"):
         flashrepro.attention(q, k, v, out=neg)
+
+
+def test_compiled_call_refuses_the_config_strings_eager_refuses() -> None:
+    """A label string ("64x64 w4 s3") or an unknown name is no config in eager mode; the
+    traced call applies the same rule (its op would parse labels)."""
+    q, k, v = _qkv()
+    for config in ("64x64 w4 s3", "no-such-config"):
+        with pytest.raises(ValueError, match="config must be a KernelConfig or one of"):
+            flashrepro.attention(q, k, v, config=config)
+        fn = _compiled(lambda q, k, v, config=config: flashrepro.attention(q, k, v,
+                                                                          config=config))
+        with pytest.raises(Exception, match="config must be a KernelConfig or one of"):
+            fn(q, k, v)  # dynamo wraps the ValueError, its message kept

@@ -18,9 +18,9 @@ import torch
 import triton
 
 from flashrepro import ops
-from flashrepro.configs import ARTICLE, NAMED, KernelConfig
+from flashrepro.configs import ARTICLE, KernelConfig
 from flashrepro.kernels.article import article_fwd_kernel
-from flashrepro.launch import _on_device, forward
+from flashrepro.launch import _on_device, check_config, forward
 from flashrepro.validation import (
     MAX_GRID_Y,
     CausalAlignment,
@@ -148,11 +148,9 @@ def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                        ("return_lse", return_lse)):
         _check_flag(name, flag)  # the op's schema would coerce 1 to True
     check_scale_and_alignment(scale, causal_alignment)
+    check_config(config)  # eager's rule: a label string is no config here either
     if isinstance(config, KernelConfig):
         config = config.label()
-    elif config is not None and not isinstance(config, str):
-        raise TypeError(f"config must be a KernelConfig, a name from {sorted(NAMED)} or None, "
-                        f"got {type(config).__name__}")
     op = ops.attention_lse if return_lse else ops.attention
     result = op(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
     o, lse = result if return_lse else (result, None)

@@ -21,7 +21,7 @@ import torch
 from triton import knobs
 from triton.compiler import CompiledKernel
 
-from flashrepro.kernels.call import rebind_io
+from flashrepro.kernels.call import with_base
 
 try:  # Triton 3.6's NVIDIA launcher pieces; absent elsewhere (then nothing binds)
     from triton.backends.nvidia.driver import CudaLauncher, make_tensordesc_arg
@@ -84,7 +84,7 @@ class DirectLaunch:
         address = tensor.data_ptr()
         expanded = cache.get(address)
         if expanded is None:
-            expanded = make_tensordesc_arg(rebind_io((template,), (tensor,))[0], meta)
+            expanded = make_tensordesc_arg(with_base(template, tensor), meta)
             if len(cache) >= MAX_ADDRESSES:
                 cache.clear()
             cache[address] = expanded

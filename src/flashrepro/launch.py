@@ -41,18 +41,31 @@ MAX_PLANS = 1024
 """Plans kept before the cache starts over (a model has a handful of attention signatures)."""
 
 
+def check_config(config: object) -> None:
+    """The ``config`` rule of :func:`flashrepro.attention`, eager or traced.
+
+    Raises:
+        TypeError: not a KernelConfig, a str or None.
+        ValueError: a str that is not a name in ``configs.NAMED``.
+    """
+    if config is None or isinstance(config, KernelConfig):
+        return
+    if not isinstance(config, str):
+        raise TypeError(f"config must be a KernelConfig, a name from {sorted(NAMED)} or None, "
+                        f"got {type(config).__name__}")
+    if config not in NAMED:
+        raise ValueError(f"config must be a KernelConfig or one of {sorted(NAMED)}, got "
+                         f"{config!r}")
+
+
 def _resolve_config(config: KernelConfig | str | None, head_dim: int, causal: bool,
                     seqlen_q: int, device: torch.device) -> KernelConfig:
+    check_config(config)
     if isinstance(config, KernelConfig):
         return config
     if config is None:
         return default_config(head_dim, causal, seqlen_q, launch_arch(device))
-    if not isinstance(config, str):
-        raise TypeError(f"config must be a KernelConfig, a name from {sorted(NAMED)} or None, "
-                        f"got {type(config).__name__}")
-    if config in NAMED:
-        return NAMED[config]
-    raise ValueError(f"config must be a KernelConfig or one of {sorted(NAMED)}, got {config!r}")
+    return NAMED[config]
 
 
 def _tma_ok(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,

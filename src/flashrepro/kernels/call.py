@@ -68,11 +68,11 @@ class KernelCall:
 def io_templates(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """The Q, K, V, O, LSE slots of ``args`` with no tensor kept: None for a tensor slot, a
     shallow copy of a TMA descriptor with ``base=None`` (so a stored plan pins no memory)."""
-    return tuple(None if isinstance(slot, torch.Tensor) else _with_base(slot, None)
+    return tuple(None if isinstance(slot, torch.Tensor) else with_base(slot, None)
                  for slot in args[:IO_ARGS])
 
 
-def _with_base(desc: Any, base: torch.Tensor | None) -> Any:
+def with_base(desc: Any, base: torch.Tensor | None) -> Any:
     """A shallow copy of a TMA descriptor with another base, past its constructor's checks."""
     copy = object.__new__(type(desc))
     copy.__dict__.update(desc.__dict__)
@@ -88,5 +88,5 @@ def rebind_io(templates: tuple[Any, ...], tensors: tuple[torch.Tensor, ...]) -> 
     guarantees the new tensor's dtype, shape, strides and 16-byte alignment are the first
     call's.
     """
-    return tuple(tensor if slot is None else _with_base(slot, tensor)
+    return tuple(tensor if slot is None else with_base(slot, tensor)
                  for slot, tensor in zip(templates, tensors, strict=True))
