@@ -4,7 +4,11 @@
 # machine. $OUT plays the job's results folder (the image's /results): it gets summary.md (what
 # the job summary shows) and the results JSON (what the job uploads).
 #
-#   OUT=/tmp/gpu-ci bash scripts/ci_steps.sh
+#   OUT=/tmp/gpu-ci [REFERENCE_SRC=/path/to/base/src] bash scripts/ci_steps.sh
+#
+# REFERENCE_SRC plays the workflow's reference checkout (the PR's base commit's src folder,
+# e.g. from `git worktree add /tmp/base BASE_SHA`): the gate then pairs each flashrepro row with
+# that code's, timed in the same rounds.
 #
 # Exits with the status of the first failing step, as the workflow's check does (the gate:
 # 1 regression, 2 no baseline, 3 environment mismatch). Each `# step:` block below is the
@@ -43,5 +47,5 @@ in-image python3 -m nox --no-venv -s tests -- -m gpu -n "$workers"
 # step: Executed-count SASS check (Nsight Compute; skips where ncu is absent)
 in-image python3 -m nox --no-venv -s profile -- --executed
 
-# step: Reproduce the article run and gate it against this GPU's baseline
-in-image python3 -m nox --no-venv -s reproduce -- --gate
+# step: Reproduce the article run and gate it (paired with the reference where there is one)
+in-image python3 -m nox --no-venv -s reproduce -- --gate ${REFERENCE_SRC:+--reference-src "$REFERENCE_SRC"}

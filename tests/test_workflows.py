@@ -333,20 +333,26 @@ def test_gpu_workflow_is_self_hosted_and_trusted_only() -> None:
 
 
 def test_gpu_workflow_measures_the_pr_head_against_the_base_baselines() -> None:
-    """A pull request's run builds and gates its head commit, with the base branch's
-    committed baselines put in the tree before the image is built."""
+    """A pull request's run builds and gates its head commit, paired with the base commit's
+    code (checked out as the reference), with the base branch's committed baselines put in the
+    tree before the image is built."""
     wf = load_workflow(GPU_WORKFLOW)
     job = jobs(wf)["gpu"]
     assert "github.event.pull_request.head.sha" in job["env"]["HEAD_SHA"]
     steps = job["steps"]
     assert steps[0]["with"]["ref"] == "${{ env.HEAD_SHA }}"
+    assert "github.event.pull_request.base.sha" in job["env"]["REFERENCE_SHA"]
     base = [i for i, st in enumerate(steps)
-            if "pull_request.base.sha" in str(st.get("with", {}).get("ref", ""))]
+            if "REFERENCE_SHA" in str(st.get("with", {}).get("ref", ""))
+            and st.get("with", {}).get("path") == ".reference"]
     copy_in = [i for i, st in enumerate(steps) if "reproduce/baselines" in st.get("run", "")
                and "pull_request" in str(st.get("if", ""))]
     build = [i for i, st in enumerate(steps) if "docker build" in st.get("run", "")]
     assert base and copy_in and build and base[0] < copy_in[0] < build[0]
     assert '--build-arg REVISION="$HEAD_SHA"' in steps[build[0]]["run"]
+    gate = [st["run"] for st in steps if "reproduce -- --gate" in st.get("run", "")]
+    assert gate and '--reference-src "$REFERENCE_SRC"' in gate[0]
+    assert ".reference" in (ROOT / ".dockerignore").read_text().split()
 
 
 def test_gpu_script_runs_the_workflow_steps() -> None:

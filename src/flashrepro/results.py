@@ -16,6 +16,10 @@ RESULTS_SCHEMA = "flashrepro.results/1"
 """The ``schema`` field of every results JSON (``reproduce.json``, ``bench.json``)."""
 RESULTS_DIR = REPO_ROOT / "reproduce" / "results"
 BASELINE_DIR = REPO_ROOT / "reproduce" / "baselines"
+REFERENCE_PREFIX = "reference:"
+"""Prefix of a reference record's name in a results JSON: ``reference:flashrepro`` is the
+``flashrepro`` row timed with a reference checkout's code in the same rounds
+(:mod:`flashrepro.bench.reference`); the gate pairs the two (docs/gate.md)."""
 
 
 def results_dir(out: Path | None, gpu_key: str) -> Path:

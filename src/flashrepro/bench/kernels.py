@@ -17,6 +17,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 import flashrepro
 from flashrepro import configs
 from flashrepro.bench import peers
+from flashrepro.bench.reference import Reference
 from flashrepro.configs import ARTICLE, KernelConfig
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
@@ -41,6 +42,9 @@ LAUNCHES: dict[str, KernelConfig] = {
 }
 """The fixed launch config of each named flashrepro row (``flashrepro`` takes the per-arch
 default)."""
+PAIRABLE = (*FLASHREPRO, P_IN_REGISTERS)
+"""The rows that can be timed with a reference checkout's code too (``reproduce
+--reference-src``; the gate's paired reference)."""
 DESCRIPTIONS = {
     **FLASHREPRO,
     P_IN_REGISTERS: "the production kernel at 128x64, 8 warps: P stays in registers on mma.sync",
@@ -55,7 +59,8 @@ optional peer, where they run."""
 
 
 def make_call(name: str, inputs: Inputs, causal: bool,
-              config: KernelConfig | None = None) -> Callable[[], torch.Tensor]:
+              config: KernelConfig | None = None,
+              reference: Reference | None = None) -> Callable[[], torch.Tensor]:
     """A callable running kernel ``name`` on ``inputs`` (q, k, v), each (B, H, L, D).
 
     A peer (:data:`flashrepro.bench.peers.PEERS`) gets its inputs converted to its native
@@ -66,22 +71,32 @@ def make_call(name: str, inputs: Inputs, causal: bool,
         inputs: q, k, v CUDA tensors.
         causal: top-left causal mask (SDPA's ``is_causal``).
         config: overrides the launch config of ``flashrepro`` (sweeps, tuning).
+        reference: run a flashrepro row (:data:`PAIRABLE`) with the reference checkout's
+            code (:mod:`flashrepro.bench.reference`) instead of this one's; the call is the
+            same, and so are its inputs and its output buffer's layout.
 
     Raises:
-        KeyError: unknown ``name``.
+        KeyError: unknown ``name``, or a ``reference`` for a row not in :data:`PAIRABLE`.
         ImportError: a peer whose module does not import.
     """
+    if reference is not None and name not in PAIRABLE:
+        raise KeyError(f"only the rows {sorted(PAIRABLE)} have a reference twin, got {name!r}")
     if name in peers.PEERS:
         return peers.make_call(name, inputs, causal)
     q, k, v = inputs
     out = torch.empty_like(q)
+    attention, article_attention = flashrepro.attention, flashrepro.article_attention
+    fixed = LAUNCHES.get(name) if name != "article-kernel" else None
+    if reference is not None:
+        attention, article_attention = reference.attention(), reference.article_attention()
+        config = reference.config(config) if config is not None else None
+        fixed = reference.config(fixed) if fixed is not None else None
     if name == "flashrepro":
-        return lambda: flashrepro.attention(q, k, v, causal=causal, config=config, out=out)
+        return lambda: attention(q, k, v, causal=causal, config=config, out=out)
     if name in ("flashrepro-article-config", P_IN_REGISTERS):
-        return lambda: flashrepro.attention(q, k, v, causal=causal, config=LAUNCHES[name],
-                                            out=out)
-    if name == "article-kernel":
-        return lambda: flashrepro.article_attention(q, k, v, causal=causal, out=out)
+        return lambda: attention(q, k, v, causal=causal, config=fixed, out=out)
+    if name == "article-kernel":  # its own frozen default config: the article's 64x64
+        return lambda: article_attention(q, k, v, causal=causal, out=out)
     backend = TORCH_BACKENDS[name]
 
     def call() -> torch.Tensor:

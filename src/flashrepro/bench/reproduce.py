@@ -32,6 +32,8 @@ from flashrepro import env
 from flashrepro.bench import kernels as K
 from flashrepro.bench import peers
 from flashrepro.bench.problem import Problem, load_article
+from flashrepro.bench.reference import PREFIX, Reference
+from flashrepro.bench.reference import load as load_reference
 from flashrepro.bench.timing import (
     EAGER_METHOD,
     HOST_METHOD,
@@ -52,16 +54,18 @@ KERNELS = [*K.FLASHREPRO, *K.TORCH_BACKENDS, *peers.PEERS]
 """The rows of the main table (and of its non-causal twin)."""
 
 
-def check_outputs(problem: Problem, names: list[str], inputs: K.Inputs) -> dict[str, float]:
-    """Max |o - ref| of each kernel against a float32 reference on the timing inputs; a peer's
-    output is viewed back as (B, H, L, D) (:func:`flashrepro.bench.kernels.output`) and checked
-    element for element the same way."""
+def check_outputs(problem: Problem, calls: dict[str, Callable[[], object]],
+                  inputs: K.Inputs) -> dict[str, float]:
+    """Max |o - ref| of each call (name -> callable of :func:`flashrepro.bench.kernels.
+    make_call`) against a float32 reference on the timing inputs; a peer's output is viewed
+    back as (B, H, L, D) (:func:`flashrepro.bench.kernels.output`) and checked element for
+    element the same way."""
     q, k, v = inputs
     ref = torch.nn.functional.scaled_dot_product_attention(
         q.float(), k.float(), v.float(), is_causal=problem.causal)
     errors = {}
-    for name in names:
-        out = K.output(name, K.make_call(name, inputs, problem.causal)())
+    for name, call in calls.items():
+        out = K.output(name.removeprefix(PREFIX), call())
         if out.shape != ref.shape:
             raise RuntimeError(f"{name} returned shape {tuple(out.shape)}, expected "
                                f"{tuple(ref.shape)} (B, H, L, D)")
@@ -70,28 +74,40 @@ def check_outputs(problem: Problem, names: list[str], inputs: K.Inputs) -> dict[
 
 
 def measure(problem: Problem, names: list[str], rounds: int, calls: int,
-            suffix: str = "") -> list[dict[str, Any]]:
+            suffix: str = "", reference: Reference | None = None,
+            host_cost: bool = True) -> list[dict[str, Any]]:
     """Time ``names`` on ``problem`` in interleaved rounds; one record per kernel.
 
     Returns records with per-round medians (µs), their summary, TFLOP/s of the median, the
     ratio to ``torch-flash`` (median of per-round ratios), the max error vs float32,
-    ``host_us`` and ``eager_us`` (µs per call, :func:`flashrepro.bench.timing.host_and_eager_us`)
-    and ``causal`` (the mask of ``problem``); names get ``suffix``.
+    ``host_us`` and ``eager_us`` (µs per call, :func:`flashrepro.bench.timing.host_and_eager_us`;
+    left out when not ``host_cost``) and ``causal`` (the mask of ``problem``); names get
+    ``suffix``. With a ``reference`` (:mod:`flashrepro.bench.reference`), every flashrepro row
+    of ``names`` (:data:`~flashrepro.bench.kernels.PAIRABLE`) also gets a twin record
+    ``reference:<name>``, the reference checkout's code on the same inputs, timed in the same
+    rounds (no host cost) and checked like the others.
     Kernels that cannot run here (e.g. a torch backend unsupported on this GPU) get a record
     with ``skipped`` set to the reason.
     """
     inputs = problem.inputs()
     skipped = {n: r for n in names if (r := K.available(n, inputs, problem.causal))}
     runnable = [n for n in names if n not in skipped]
-    errors = check_outputs(problem, runnable, inputs)
     fns = {n: K.make_call(n, inputs, problem.causal) for n in runnable}
+    if reference is not None:
+        fns.update({PREFIX + n: K.make_call(n, inputs, problem.causal, reference=reference)
+                    for n in runnable if n in K.PAIRABLE})
+    errors = check_outputs(problem, fns, inputs)
     per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=calls)
-    host = {n: host_and_eager_us(fn) for n, fn in fns.items()}
+    host = ({n: host_and_eager_us(fns[n]) for n in runnable} if host_cost else {})
     peer = per_round.get("torch-flash")
     records = []
-    for name in names:
-        rec: dict[str, Any] = {"name": name + suffix, "description": K.DESCRIPTIONS[name],
+    for name in [*names, *(n for n in fns if n.startswith(PREFIX))]:
+        base = name.removeprefix(PREFIX)
+        rec: dict[str, Any] = {"name": name + suffix, "description": K.DESCRIPTIONS[base],
                                "causal": problem.causal}
+        if name != base:
+            rec["description"] += f" (reference code, {reference.commit or reference.src})"
+            rec["reference_of"] = base + suffix
         if name in skipped:
             records.append({**rec, "skipped": skipped[name]})
             continue
@@ -100,16 +116,17 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
         rec["round_medians_us"] = per_round[name]
         rec["tflops"] = problem.flops() / (summary.median_us * 1e-6) / 1e12
         rec["max_abs_err"] = errors[name]
-        rec["host_us"], rec["eager_us"] = host[name]
+        if name in host:
+            rec["host_us"], rec["eager_us"] = host[name]
         if peer is not None:
             ratios = [a / b for a, b in zip(per_round[name], peer, strict=True)]
             rec["ratio_vs_torch_flash"] = statistics.median(ratios)
             rec["ratio_rounds"] = ratios
-        if name == "flashrepro":
+        if base == "flashrepro" and name == base:
             rec["config"] = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                                            launch_arch()).as_dict()
-        elif name in K.LAUNCHES:
-            rec["config"] = K.LAUNCHES[name].as_dict()
+        elif base in K.LAUNCHES:
+            rec["config"] = K.LAUNCHES[base].as_dict()
         records.append(rec)
     return records
 
@@ -140,6 +157,8 @@ def _mma_sync_records(args: argparse.Namespace) -> list[dict[str, Any]]:
         path = Path(tmp) / "child.json"
         cmd = [sys.executable, "-m", "flashrepro", "reproduce", "--child-json", str(path),
                "--rounds", str(args.rounds), "--calls", str(args.calls), "--no-sass"]
+        if args.reference_src is not None:
+            cmd += ["--reference-src", str(args.reference_src)]
         subprocess.run(cmd, check=True, env={**os.environ, "DISABLE_MMA_V3": "1"})
         return json.loads(path.read_text())
 
@@ -163,6 +182,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--baseline-dir", type=Path, default=BASELINE_DIR,
                         help="folder of per-GPU baselines for --gate and --update-baseline "
                              "(default reproduce/baselines)")
+    parser.add_argument("--reference-src", type=Path, default=None, metavar="DIR",
+                        help="the src folder of another flashrepro checkout (a PR's base, a "
+                             "push's parent): its flashrepro rows are timed beside this one's "
+                             "in the same rounds, and --gate judges the pair (docs/gate.md)")
     parser.add_argument("--child-json", type=Path, default=None, help=argparse.SUPPRESS)
 
 
@@ -182,9 +205,17 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
         raise ValueError("reproduce: --gate/--update-baseline need judge= (run it as "
                          "`python -m flashrepro reproduce`, which passes the gate's)")
     problem, published = load_article()
+    reference = None
+    if args.reference_src is not None and torch.cuda.is_available():
+        try:
+            reference = load_reference(args.reference_src)
+        except (ValueError, ImportError) as exc:
+            print(f"reproduce: --reference-src: {exc}", file=sys.stderr)
+            return 2
     if args.child_json is not None:  # the mma.sync child: flashrepro rows + torch flash only
         names = [*K.FLASHREPRO, K.P_IN_REGISTERS, "torch-flash"]
-        records = measure(problem, names, args.rounds, args.calls, suffix=" (mma.sync)")
+        records = measure(problem, names, args.rounds, args.calls, suffix=" (mma.sync)",
+                          reference=reference)
         args.child_json.write_text(json.dumps(records))
         return 0
     sass = None
@@ -206,10 +237,10 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
         return 0
     environment = env.capture()
     clocks_before = env.nvml_clocks()
-    records = measure(problem, KERNELS, args.rounds, args.calls)
+    records = measure(problem, KERNELS, args.rounds, args.calls, reference=reference)
     if problem.causal:
         records += measure(dataclasses.replace(problem, causal=False), KERNELS, args.rounds,
-                           args.calls, suffix=NON_CAUSAL)
+                           args.calls, suffix=NON_CAUSAL, reference=reference)
     if not args.no_mma_sync and launch_arch() in MMA_V3_ARCHS:  # Hopper: wgmma unless disabled
         records += _mma_sync_records(args)
     results = {
@@ -225,6 +256,8 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
                    "eager_us": EAGER_METHOD},
         "records": records,
     }
+    if reference is not None:
+        results["reference"] = {**reference.describe(), "src": env.shown_path(reference.src)}
     if sass is not None:
         results["sass"] = {k: v for k, v in sass.items() if k not in ("text", "markdown")}
     out_dir = results_dir(args.out, environment["gpu"]["key"])

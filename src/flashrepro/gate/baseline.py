@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from flashrepro.env import gpu_key
-from flashrepro.results import RESULTS_SCHEMA
+from flashrepro.results import REFERENCE_PREFIX, RESULTS_SCHEMA
 
 SCHEMA = "flashrepro.baseline/1"
 FLASHREPRO_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel",
@@ -152,12 +152,15 @@ def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     (mma.sync)``, timed in the same child process): ``ratio`` is ``record_r / reference_r`` for
     each round r, both timed in the same interleaved round, so the pair shares that round's
     clocks. References get ``us`` only; other records (torch's other backends) are left out.
+    A flashrepro record with a reference twin (``reference:<name>``, the same row timed with a
+    reference checkout's code in the same rounds: ``reproduce --reference-src``) also gets
+    ``reference_us`` and ``paired``, the per-round ratio record / twin.
     Records marked ``skipped`` (could not run on this GPU) are left out.
 
     Raises:
         ResultsError: no ``env``, ``problem`` or ``records`` key, no ``torch-flash`` record,
-            a record whose round count differs from its reference's, a timed record without
-            round medians, or no flashrepro record with a reference.
+            a record whose round count differs from its reference's or its twin's, a timed
+            record without round medians, or no flashrepro record with a reference.
     """
     missing = [k for k in ("env", "problem", "records") if k not in results]
     if missing:
@@ -182,6 +185,13 @@ def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
                                f"has {ref.size}: per-round ratios need the same rounds")
         out.setdefault(ref_name, {"us": ref.tolist()})
         out[name] = {"us": us.tolist(), "ratio": (us / ref).tolist()}
+        twin = timed.get(REFERENCE_PREFIX + name)
+        if twin is not None:
+            if twin.size != us.size:
+                raise ResultsError(f"record {name!r} has {us.size} rounds but its reference "
+                                   f"twin has {twin.size}: paired ratios need the same rounds")
+            out[name]["reference_us"] = twin.tolist()
+            out[name]["paired"] = (us / twin).tolist()
     if not any("ratio" in s for s in out.values()):
         raise ResultsError(f"results have none of the records {list(FLASHREPRO_RECORDS)}")
     return out

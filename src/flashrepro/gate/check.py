@@ -23,6 +23,7 @@ from flashrepro.gate.stats import (
     DEFAULT_THRESHOLD,
     Comparison,
     compare,
+    compare_paired,
 )
 
 FEW_ROUNDS = 20
@@ -64,7 +65,12 @@ class Settings:
                 f"above {self.threshold:.1%} and a one-sided Mann-Whitney U test (current > "
                 f"baseline x {1 + self.threshold:g}) gives p < {(1 - self.confidence) / 2:g}; "
                 f"absolute µs slower by more than {self.abs_threshold:.0%} by the same rule "
-                "is only a warning")
+                "is only a warning. A record timed beside a reference twin (reproduce "
+                "--reference-src) is judged by its per-round time ratio to the twin instead: "
+                f"the lower bound of the bootstrap interval of its median minus 1 above "
+                f"{self.threshold:.1%} and a one-sided Wilcoxon signed-rank test (ratio > "
+                f"{1 + self.threshold:g}) at p < {(1 - self.confidence) / 2:g}; its comparison "
+                "with the baseline is then shown, not gated")
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, with the rule's text (stored in baselines)."""
@@ -82,7 +88,13 @@ class Verdict:
         baseline_path: where the baseline is (or would be).
         gpu_key, problem_key: the baseline's keys.
         settings: the settings used.
-        comparisons: primary metric (per-round ratio) of each flashrepro record.
+        comparisons: primary metric (per-round ratio to torch-flash, against the committed
+            baseline) of each flashrepro record that has no reference twin.
+        paired: the paired comparison of each flashrepro record with its reference twin
+            (``reproduce --reference-src``), which decides for that record.
+        against_baseline: the committed-baseline comparison of the records judged by
+            ``paired``: shown, and warned about when slower, never failing.
+        reference: the reference checkout (``src``, ``commit``), when the run had one.
         secondary: absolute µs of each record, torch-flash included (warnings only).
         env_differences: what differs from the baseline's environment.
         warnings: anything the reader should know (e.g. environment compared anyway).
@@ -100,6 +112,9 @@ class Verdict:
     problem_key: str
     settings: Settings
     comparisons: list[Comparison] = field(default_factory=list)
+    paired: list[Comparison] = field(default_factory=list)
+    against_baseline: list[Comparison] = field(default_factory=list)
+    reference: dict[str, Any] | None = None
     secondary: list[Comparison] = field(default_factory=list)
     env_differences: list[bl.EnvDifference] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -111,8 +126,9 @@ class Verdict:
 
     @property
     def regressions(self) -> list[Comparison]:
-        """The primary comparisons flagged slower."""
-        return [c for c in self.comparisons if c.slower]
+        """The deciding comparisons flagged slower (paired ones and the committed
+        baseline's)."""
+        return [c for c in [*self.paired, *self.comparisons] if c.slower]
 
     @property
     def markdown(self) -> str:
@@ -135,6 +151,9 @@ class Verdict:
             "problem_key": self.problem_key, "baseline_commit": self.baseline_commit,
             "baseline_date": self.baseline_date, "settings": self.settings.as_dict(),
             "comparisons": [c.as_dict() for c in self.comparisons],
+            "paired": [c.as_dict() for c in self.paired],
+            "against_baseline": [c.as_dict() for c in self.against_baseline],
+            "reference": self.reference,
             "secondary": [c.as_dict() for c in self.secondary],
             "env_differences": [asdict(d) for d in self.env_differences],
             "warnings": list(self.warnings), "drift": list(self.drift),
@@ -249,31 +268,59 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     verdict = Verdict(status="no-baseline", exit_code=ExitCode.NO_BASELINE, baseline_path=path,
                       gpu_key=bl.fingerprint(results["env"])["gpu_key"],
                       problem_key=bl.problem_key(results["problem"]), settings=st,
-                      results_path=results_path)
+                      results_path=results_path, reference=results.get("reference"))
     injected = {n: i.get("fraction") for n, i in results.get("injection", {}).items()}
     if injected:
         verdict.warnings.append(f"this run has an injected slowdown (test hook "
                                 f"FLASHREPRO_INJECT_SLOWDOWN): {injected}")
+    paired = [n for n, s in samples.items() if "paired" in s]
+    verdict.paired = [compare_paired(samples[n]["us"], samples[n]["reference_us"], record=n,
+                                     threshold=st.threshold, confidence=st.confidence,
+                                     n_resamples=st.n_resamples) for n in paired]
     verdict.host_cost, host_warnings = host.compare(results, base)
     if base is None:
-        return verdict
+        if paired:
+            verdict.warnings.append("no committed baseline for this GPU and problem: judged "
+                                    "by the paired reference alone")
+        return _decide(verdict)
     verdict.warnings.extend(host_warnings)
     verdict.baseline_commit = base["env"].get("git_commit")
     verdict.baseline_date = base["env"].get("date")
     verdict.env_differences = bl.differences(base, results)
     if verdict.env_differences and not allow_env_mismatch:
-        verdict.status, verdict.exit_code = "env-mismatch", ExitCode.ENV_MISMATCH
-        return verdict
+        if not paired:
+            verdict.status, verdict.exit_code = "env-mismatch", ExitCode.ENV_MISMATCH
+            return verdict
+        verdict.warnings.append("the environment differs from the committed baseline's ("
+                                f"{_fields(verdict.env_differences)}): only the paired "
+                                "comparisons were judged")
+        return _decide(verdict)
     if verdict.env_differences:
         verdict.warnings.append(f"{env_note} ({_fields(verdict.env_differences)})")
     primary, secondary, warnings = _compare_all(samples, base, st)
-    verdict.comparisons, verdict.secondary = primary, secondary
+    # A record with a reference twin is judged by the pair; its comparison with the committed
+    # baseline is kept for the reader (drift over many commits), never failing.
+    verdict.comparisons = [c for c in primary if c.record not in paired]
+    verdict.against_baseline = [c for c in primary if c.record in paired]
+    verdict.secondary = secondary
     verdict.warnings.extend(warnings)
+    verdict.warnings.extend(
+        f"{c.record}: {c.change:+.1%} against the committed baseline (CI {c.ci_low:+.1%} to "
+        f"{c.ci_high:+.1%}), above the {c.threshold:.0%} threshold; not failing: the paired "
+        "reference decides, but the baseline may be due for --update-baseline"
+        for c in verdict.against_baseline if c.slower)
     verdict.drift = _drift(base, samples)
-    if not primary:
+    if not primary and not paired:
         verdict.warnings.append("no flashrepro record is in both this run and the baseline")
-        return verdict  # still "no-baseline": nothing could be judged
-    regressed = any(c.slower for c in primary)
+    return _decide(verdict)
+
+
+def _decide(verdict: Verdict) -> Verdict:
+    """Status and exit code from the deciding comparisons (paired, and the committed
+    baseline's for records without a twin); none: the verdict stays "no-baseline"."""
+    if not verdict.paired and not verdict.comparisons:
+        return verdict
+    regressed = bool(verdict.regressions)
     verdict.status = "regression" if regressed else "pass"
     verdict.exit_code = ExitCode.REGRESSION if regressed else ExitCode.PASS
     return verdict

@@ -31,12 +31,13 @@ def _value(c: Comparison, v: float) -> str:
 
 
 def _metric(c: Comparison) -> str:
-    return f"ratio to {REFERENCE_RECORD}" if c.metric == "ratio" else "time (µs)"
+    return {"ratio": f"ratio to {REFERENCE_RECORD}", "paired": "time / reference's, paired"
+            }.get(c.metric, "time (µs)")
 
 
 def _verdict_text(c: Comparison) -> str:
     if c.slower:
-        return "**REGRESSION**" if c.metric == "ratio" else "slower (warning only)"
+        return "**REGRESSION**" if c.metric in ("ratio", "paired") else "slower (warning only)"
     if c.inconclusive:
         return "ok (inconclusive: CI reaches the threshold)"
     return "ok"
@@ -50,7 +51,9 @@ def _row(c: Comparison, full: bool) -> list[str]:
 
 
 HEAD = ["record", "metric", "baseline median", "current median", "change", "CI of change",
-        "p (Mann-Whitney)", "rounds (base/cur)"]
+        "p", "rounds (base/cur)"]
+"""p: one-sided Mann-Whitney U against a committed baseline, Wilcoxon signed-rank for a
+paired reference (:mod:`flashrepro.gate.stats`)."""
 
 
 def comparison_table(comparisons: list[Comparison], full: bool = True) -> str:
@@ -91,6 +94,15 @@ def _drift(v: Verdict) -> list[str]:
             f"{d0['history_entries']} entries): {parts}."]
 
 
+def _paired(v: Verdict) -> list[str]:
+    if not v.paired:
+        return []
+    ref = v.reference or {}
+    return [f"**Paired with the reference** (commit `{(ref.get('commit') or 'unknown')[:12]}`, "
+            f"`{ref.get('src', '?')}`: the same rows timed with its code in the same rounds; "
+            "baseline median = the reference's µs)", "", comparison_table(v.paired), ""]
+
+
 def _opt_us(value: float | None) -> str:
     return "" if value is None else f"{value:.1f}"
 
@@ -113,7 +125,7 @@ def render(v: Verdict) -> str:
              "", f"GPU `{v.gpu_key}`, problem `{v.problem_key}`, baseline `{v.shown_baseline}`"
              + (f" (commit `{(v.baseline_commit or 'unknown')[:12]}`, {v.baseline_date})"
                 if v.baseline_date else "") + ".", ""]
-    if v.status == "no-baseline" and not v.comparisons:
+    if v.status == "no-baseline" and not v.comparisons and not v.paired:
         lines += _no_baseline(v)
     elif v.status == "env-mismatch":
         lines += _mismatch(v)
@@ -126,7 +138,14 @@ def render(v: Verdict) -> str:
                       "previous baseline, for information:", ""]
         if v.regressions:
             lines += ["**What got slower**", "", comparison_table(v.regressions, full=False), ""]
-        lines += ["**All comparisons**", "", comparison_table(v.comparisons + v.secondary)]
+        lines += _paired(v)
+        if v.comparisons or v.secondary:
+            lines += ["**Against the committed baseline**", "",
+                      comparison_table(v.comparisons + v.secondary)]
+        if v.against_baseline:
+            lines += ["", "Records judged by the paired reference, against the committed "
+                      "baseline (information, never failing):", "",
+                      comparison_table(v.against_baseline)]
         lines += _drift(v)
         lines += ["", f"Rule: {v.settings.rule()}."]
     lines += host_table(v)

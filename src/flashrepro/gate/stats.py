@@ -140,3 +140,66 @@ def compare(current: Sequence[float], baseline: Sequence[float], *, record: str,
                       baseline_median=float(np.median(b)), current_median=float(np.median(c)),
                       change=change, ci_low=ci_low, ci_high=ci_high, p_value=p_value,
                       threshold=threshold, confidence=confidence, slower=slower)
+
+
+def _median_change(r: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.median(r, axis=axis) - 1.0
+
+
+def compare_paired(current: Sequence[float], reference: Sequence[float], *, record: str,
+                   threshold: float = DEFAULT_THRESHOLD, confidence: float = DEFAULT_CONFIDENCE,
+                   n_resamples: int = DEFAULT_RESAMPLES, seed: int = SEED) -> Comparison:
+    """The decision rule for a record and its reference twin timed in the same rounds.
+
+    Round r gives one paired ratio ``current[r] / reference[r]`` (the two kernels in one
+    interleaved round of one process: same clocks, same inputs, same moment). The effect is
+    ``median(ratios) - 1``. *slower* when both hold:
+
+    1. the lower bound of the two-sided ``confidence`` bootstrap interval of that effect
+       (:func:`scipy.stats.bootstrap`, percentile method, rounds resampled) is above
+       ``threshold``; and
+    2. a one-sided Wilcoxon signed-rank test (:func:`scipy.stats.wilcoxon`) of
+       ``log(ratio) - log(1 + threshold)`` (H1: located above 0) gives
+       ``p < (1 - confidence) / 2``.
+
+    The null hypothesis and levels are :func:`compare`'s ("the slowdown is at most
+    ``threshold``"), on paired samples: no stored baseline's offset enters.
+
+    Args:
+        current: per-round values (µs) of the code under test, at least 5, > 0.
+        reference: the reference code's per-round values, same rounds (same length).
+        record: record name, carried into the result.
+        threshold, confidence, n_resamples, seed: as in :func:`compare`.
+
+    Returns:
+        A :class:`Comparison` with ``metric="paired"``; ``baseline_median`` and
+        ``current_median`` are the two medians in µs, ``change`` is the median paired ratio
+        minus 1.
+
+    Raises:
+        ValueError: as :func:`compare`; also samples of different lengths.
+    """
+    c, b = _checked(current, "current"), _checked(reference, "reference")
+    if c.size != b.size:
+        raise ValueError(f"paired samples need the same rounds, got {c.size} and {b.size}")
+    if not 0 <= threshold < 1:
+        raise ValueError(f"threshold must be in [0, 1) (0.02 = 2 %), got {threshold}")
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
+    r = c / b
+    change = float(_median_change(r))
+    if np.all(r == r[0]):
+        ci_low = ci_high = change
+    else:
+        ci = stats.bootstrap((r,), _median_change, vectorized=True, n_resamples=n_resamples,
+                             confidence_level=confidence, method="percentile",
+                             rng=np.random.default_rng(seed)).confidence_interval
+        ci_low, ci_high = float(ci.low), float(ci.high)
+    d = np.log(r) - np.log1p(threshold)
+    p_value = (float(stats.wilcoxon(d, alternative="greater").pvalue) if np.any(d != 0)
+               else 1.0)
+    slower = ci_low > threshold and p_value < (1.0 - confidence) / 2
+    return Comparison(record=record, metric="paired", n_baseline=b.size, n_current=c.size,
+                      baseline_median=float(np.median(b)), current_median=float(np.median(c)),
+                      change=change, ci_low=ci_low, ci_high=ci_high, p_value=p_value,
+                      threshold=threshold, confidence=confidence, slower=slower)

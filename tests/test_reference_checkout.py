@@ -1,0 +1,98 @@
+"""``flashrepro.bench.reference``: another checkout's flashrepro imported beside the running one
+runs its own code (the gate's paired reference), and leaves the running package as it was."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import flashrepro
+from flashrepro.bench import kernels as K
+from flashrepro.bench.reference import load
+from tests.reference import reference_attention
+
+SRC = Path(flashrepro.__file__).resolve().parent.parent
+MARK = "reference checkout's launch ran"
+
+
+def _copy(root: Path, edit: bool) -> Path:
+    src = root / ("edited" if edit else "plain") / "src"
+    shutil.copytree(SRC / "flashrepro", src / "flashrepro",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    if edit:  # the copy's launch raises: a call that reaches it proves whose code ran
+        launch = src / "flashrepro" / "launch.py"
+        text = launch.read_text()
+        anchor = '    key = _signature(q, k, v, causal, scale, enable_gqa, causal_alignment'
+        assert text.count(anchor) == 1
+        launch.write_text(text.replace(anchor, f"    raise RuntimeError({MARK!r})\n" + anchor))
+    return src
+
+
+@pytest.fixture(scope="module")
+def checkouts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("reference")
+    return {"plain": _copy(root, False), "edited": _copy(root, True)}
+
+
+def _inputs(device: torch.device, seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(1, 2, 48, 32, generator=g).to(device, torch.float16)
+                 for _ in range(3))
+
+
+def test_the_reference_runs_its_own_code(checkouts: dict[str, Path],
+                                         device: torch.device) -> None:
+    before = dict(sys.modules)
+    path = list(sys.path)
+    ref = load(checkouts["edited"])
+    assert sys.path == path
+    assert all(sys.modules.get(k) is m for k, m in before.items() if k.startswith("flashrepro"))
+    assert ref.package is not flashrepro
+    assert Path(ref.attention().__code__.co_filename).is_relative_to(checkouts["edited"])
+    q, k, v = _inputs(device, 0)
+    with pytest.raises(RuntimeError, match=MARK):
+        ref.attention()(q, k, v, causal=True)
+    o = flashrepro.attention(q, k, v, causal=True)  # the running package is untouched
+    want, _ = reference_attention(q.cpu(), k.cpu(), v.cpu(), causal=True)
+    assert torch.allclose(o.cpu().double(), want, atol=2e-3, rtol=0)
+
+
+def test_a_plain_reference_matches_float64_on_every_element(checkouts: dict[str, Path],
+                                                            device: torch.device) -> None:
+    ref = load(checkouts["plain"])
+    q, k, v = _inputs(device, 1)
+    out = torch.full_like(q, float("nan"))
+    ref.attention()(q, k, v, causal=False, out=out)
+    want, _ = reference_attention(q.cpu(), k.cpu(), v.cpu(), causal=False)
+    assert torch.isfinite(out).all()
+    assert torch.allclose(out.cpu().double(), want, atol=2e-3, rtol=0)
+
+
+def test_make_call_runs_the_reference_row(checkouts: dict[str, Path],
+                                          device: torch.device) -> None:
+    ref = load(checkouts["edited"])
+    inputs = _inputs(device, 2)
+    for name in ("flashrepro", "flashrepro-article-config"):
+        with pytest.raises(RuntimeError, match=MARK):
+            K.make_call(name, inputs, True, reference=ref)()
+    with pytest.raises(KeyError, match="reference twin"):
+        K.make_call("torch-flash", inputs, True, reference=ref)
+    cfg = ref.config(flashrepro.ARTICLE)
+    assert type(cfg) is ref.package.KernelConfig and type(cfg) is not flashrepro.KernelConfig
+
+
+def test_bad_reference_folders_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="--reference-src must be the src folder"):
+        load(tmp_path)
+    with pytest.raises(ValueError, match="running flashrepro's own folder"):
+        load(SRC)
+    broken = tmp_path / "broken" / "src" / "flashrepro"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text("import flashrepro_missing_module\n")
+    with pytest.raises(ImportError, match="does not import"):
+        load(broken.parent)
+    assert sys.modules["flashrepro"] is flashrepro
