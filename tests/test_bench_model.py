@@ -179,3 +179,276 @@ def test_make_forward_each_copy_keeps_its_attention() -> None:
     assert out["frepro"].shape == (2, 40, 256)
     # Two fp16 attentions of one network: a few fp16 roundings (eps 2^-10) at the logits scale.
     assert M.max_abs_diff(out["frepro"], out["sdpa-flash"]) < 4e-3 * out["sdpa-flash"].abs().max()
+
+
+def _tiny_qwen3(layers: int = 2) -> torch.nn.Module:
+    """A tiny fp16 Qwen3 with random weights (the kernel runs under the interpreter)."""
+    from transformers import Qwen3ForCausalLM
+
+    config = M.qwen3_0_6b_config(num_layers=layers)
+    for name, value in {"vocab_size": 256, "hidden_size": 128, "intermediate_size": 256,
+                        "num_attention_heads": 4, "num_key_value_heads": 2,
+                        "head_dim": 32}.items():
+        setattr(config, name, value)
+    torch.manual_seed(random.randrange(2**31))
+    return Qwen3ForCausalLM(config).half().eval()
+
+
+def _aten_capture() -> tuple[object, list[set[str]]]:
+    """A torch.compile backend (AOT, no inductor) recording each forward graph's attention and
+    softmax ops: SDPA's backend choice shows as the aten op the graph was traced to."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    graphs: list[set[str]] = []
+
+    def fw_compiler(gm: torch.fx.GraphModule, example_inputs: object) -> object:
+        graphs.append({str(n.target) for n in gm.graph.nodes if n.op == "call_function"
+                       and ("attention" in str(n.target) or "softmax" in str(n.target))})
+        return gm
+
+    return aot_autograd(fw_compiler=fw_compiler), graphs
+
+
+# On the CPU, cuDNN has no kernel: its stand-in is the math backend (seen as _safe_softmax).
+CPU_BACKENDS = {"sdpa-cudnn": "MATH", "sdpa-flash": "FLASH_ATTENTION"}
+CPU_OPS = {"sdpa-cudnn": {"aten._safe_softmax.default"},
+           "sdpa-flash": {"aten._scaled_dot_product_flash_attention_for_cpu.default"},
+           "frepro": {"flashrepro.attention.default"}}
+
+
+def test_regional_compile_one_graph_per_implementation_backend_baked_in(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each copy's decoder layers are compiled, not the model; the layers share one graph per
+    implementation; each SDPA copy's graph has its own backend even though both run the same
+    layer code, and the surrounding sdpa_kernel context no longer matters once traced."""
+    pytest.importorskip("transformers")
+    import copy
+
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    monkeypatch.setattr(M, "SDPA_BACKENDS", CPU_BACKENDS)
+    torch._dynamo.reset()
+    base = _tiny_qwen3(layers=2)
+    ids = torch.randint(0, 256, (2, 40))
+    backend, graphs = _aten_capture()
+    for impl in ("sdpa-cudnn", "sdpa-flash", "frepro"):
+        model = copy.deepcopy(base)
+        with torch.inference_mode():
+            eager = M.make_forward(model, impl)(ids).float()
+        _, info = M.compile_forward(model, impl, ids, backend=backend)
+        assert info["fullgraph"] is True and "fullgraph_error" not in info
+        assert info["graphs_compiled"] == 1 and info["compile_s"] > 0
+        assert graphs[-1] == CPU_OPS[impl], impl
+        assert model._compiled_call_impl is None  # the model's own forward stays eager
+        assert all(layer._compiled_call_impl is not None for layer in model.model.layers)
+        other = SDPBackend.FLASH_ATTENTION if impl == "sdpa-cudnn" else SDPBackend.MATH
+        count = len(graphs)
+        with torch.inference_mode(), sdpa_kernel([other]):  # a wrong outer context
+            out = model(ids, use_cache=False).logits.float()
+        assert len(graphs) == count  # no retrace: the graph of the row's own backend ran
+        assert M.max_abs_diff(out, eager) < 4e-3 * eager.abs().max()
+        M.uncompile_layers(model)
+        assert all(layer._compiled_call_impl is None for layer in model.model.layers)
+    torch._dynamo.reset()
+
+
+def test_outer_sdpa_context_alone_is_not_guarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Why compile_layers traces sdpa_kernel inside the compiled call: with the plain
+    ``layer.compile()`` and the context around the call, dynamo reuses the first SDPA copy's
+    graph for the second copy (same code, equal guards), backend and all."""
+    pytest.importorskip("transformers")
+    import copy
+
+    monkeypatch.setattr(M, "SDPA_BACKENDS", CPU_BACKENDS)
+    torch._dynamo.reset()
+    base = _tiny_qwen3(layers=2)
+    ids = torch.randint(0, 256, (1, 24))
+    backend, graphs = _aten_capture()
+    for impl in ("sdpa-cudnn", "sdpa-flash"):
+        model = copy.deepcopy(base)
+        fwd = M.make_forward(model, impl)  # sdpa_kernel(backend) around the model call
+        for layer in model.model.layers:
+            layer.compile(fullgraph=True, backend=backend)
+        with torch.inference_mode():
+            fwd(ids)
+    assert graphs == [CPU_OPS["sdpa-cudnn"]]  # sdpa-flash ran the math graph, untraced
+    torch._dynamo.reset()
+
+
+def test_compile_falls_back_to_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A layer that cannot be traced whole is compiled again with fullgraph=False, recorded."""
+    pytest.importorskip("transformers")
+    torch._dynamo.reset()
+    model = _tiny_qwen3(layers=2)
+    ids = torch.randint(0, 256, (1, 16))
+    calls: list[bool] = []
+    real = M.compile_layers
+
+    def spy(model: torch.nn.Module, impl: str, fullgraph: bool, backend: object) -> None:
+        calls.append(fullgraph)
+        real(model, impl, fullgraph, backend)
+
+    monkeypatch.setattr(M, "compile_layers", spy)
+    mlp = model.model.layers[0].mlp
+    mlp_forward = type(mlp).forward
+
+    def breaking_forward(self: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        torch._dynamo.graph_break()
+        return mlp_forward(self, x)
+
+    monkeypatch.setattr(type(mlp), "forward", breaking_forward)
+    with torch.inference_mode():
+        eager = M.make_forward(model, "sdpa-flash")(ids).float()
+    monkeypatch.setattr(M, "SDPA_BACKENDS", CPU_BACKENDS)
+    fwd, info = M.compile_forward(model, "sdpa-flash", ids, backend="eager")
+    assert calls == [True, False]
+    assert info["fullgraph"] is False and "graph_break" in info["fullgraph_error"].lower()
+    with torch.inference_mode():
+        assert M.max_abs_diff(fwd(ids).float(), eager) < 4e-3 * eager.abs().max()
+    torch._dynamo.reset()
+
+
+def test_decoder_layers_refuses_other_models() -> None:
+    with pytest.raises(ValueError, match=r"model\.model\.layers"):
+        M.decoder_layers(torch.nn.Linear(2, 2))
+
+
+# Kernel names as torch.profiler reports them on an H200 (forms of the names in the sources
+# cited by M.ATTENTION_KERNELS), and others every forward runs.
+ATTENTION_NAMES = {
+    "attn_fwd_gluon_ws_kernel": "flashrepro-ws",
+    "attn_fwd_gluon_kernel": "flashrepro-gluon",
+    "attn_fwd_kernel": "flashrepro-triton",
+    "article_fwd_kernel": "flashrepro-article",
+    "kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwardSm90_object_at__"
+    "tensorptrbf16gmemalign16odiv8_0": "fa4",
+    "cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x128_4x1x1_kernel0_0": "cudnn",
+    "sm90_flash_fprop_wgmma_f16_knob_3_64x128x128_4x1x1_cga1x1x1_kernel0_0": "cudnn",
+    "void pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, "
+    "false, cutlass::bfloat16_t, Flash_kernel_traits<128, 128, 64, 4, cutlass::bfloat16_t> >, "
+    "false, true, false, false, true, true, false, false>(pytorch_flash::Flash_fwd_params)":
+        "flash",
+    "fmha_cutlassF_bf16_aligned_64x128_rf_sm80(PyTorchMemEffAttention::AttentionKernel<"
+    "cutlass::bfloat16_t, cutlass::arch::Sm80, true, 64, 128, 128, true, true>::Params)":
+        "efficient",
+    "void (anonymous namespace)::softmax_warp_forward<c10::BFloat16, c10::BFloat16, float, 10, "
+    "false, false>(c10::BFloat16*, c10::BFloat16 const*, int, int, int, bool const*, int, bool)":
+        "math",
+    "triton_per_fused__safe_softmax_3": "math",
+}
+OTHER_NAMES = [
+    "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1_execute_"
+    "segment_k_off_kernel__5x_cublas",
+    "nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTN",
+    "triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_0",
+    "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::"
+    "BFloat16>, std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, "
+    "std::array<char*, 3ul>)",
+    "void at::native::(anonymous namespace)::indexSelectLargeIndex<c10::BFloat16, long, "
+    "unsigned int, 2, 2, -2, true>(...)",
+    "Memcpy DtoD (Device -> Device)",
+]
+
+
+@pytest.mark.parametrize("name", sorted(ATTENTION_NAMES))
+def test_attention_label(name: str) -> None:
+    assert M.attention_label(name) == ATTENTION_NAMES[name]
+    assert M.attention_label(name.upper()) == ATTENTION_NAMES[name]
+
+
+@pytest.mark.parametrize("name", OTHER_NAMES)
+def test_other_kernels_are_not_attention(name: str) -> None:
+    assert M.attention_label(name) is None
+
+
+def _fake_forward(attention: dict[str, int], layers: int = 28
+                  ) -> tuple[list[tuple[str, float]], dict[str, float]]:
+    """Kernel launches of a fake forward: per layer the given attention kernels (name ->
+    launches per layer) among GEMMs and elementwise kernels; the exact µs per name."""
+    rng = random.Random()
+    launches: list[tuple[str, float]] = []
+    for _ in range(layers):
+        for name in OTHER_NAMES[:4]:
+            launches.append((name, rng.uniform(1.0, 90.0)))
+        for name, n in attention.items():
+            launches += [(name, rng.uniform(5.0, 400.0)) for _ in range(n)]
+    rng.shuffle(launches)
+    totals: dict[str, float] = {}
+    for name, us in launches:
+        totals[name] = totals.get(name, 0.0) + us
+    return launches, totals
+
+
+def test_kernel_summary_counts_and_times_per_forward() -> None:
+    ws = "attn_fwd_gluon_ws_kernel"
+    launches, totals = _fake_forward({ws: 1})
+    s = M.kernel_summary(launches, "frepro")
+    assert s["attention_kernel"] == "flashrepro-ws" and s["backend_mismatch"] is False
+    assert s["attention_kernels"] == [{"label": "flashrepro-ws", "name": ws,
+                                       "us": pytest.approx(totals[ws]), "calls": 28}]
+    assert s["attention_us"] == pytest.approx(totals[ws])
+    assert s["gpu_us"] == pytest.approx(sum(totals.values()))
+    heaviest = sorted(totals, key=lambda n: -totals[n])[:5]
+    assert [t["name"] for t in s["top_kernels"]] == heaviest
+    assert [t["us"] for t in s["top_kernels"]] == pytest.approx([totals[n] for n in heaviest])
+    assert all(t["calls"] == 28 for t in s["top_kernels"])
+
+
+@pytest.mark.parametrize(("impl", "kernels", "label", "mismatch"), [
+    ("sdpa-cudnn", ["cudnn_generated_fort_native_sdpa_sm90_knob_7_64x128x128_4x1x1_kernel0_0"],
+     "cudnn", False),
+    ("sdpa-cudnn", ["triton_per_fused__safe_softmax_3"], "math", True),
+    ("sdpa-flash", ["void pytorch_flash::flash_fwd_kernel<>(pytorch_flash::Flash_fwd_params)"],
+     "flash", False),
+    ("sdpa-flash", ["fmha_cutlassF_bf16_aligned_64x128_rf_sm80(...)"], "efficient", True),
+    ("frepro", ["attn_fwd_gluon_ws_kernel", "attn_fwd_gluon_kernel"], None, False),
+    ("frepro", [], "none", True),
+    ("fa4", ["kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwardSm90_0"],
+     "fa4", False),
+    ("fa4", ["kernel_cutlass_kernel_flash_attncuteflash_fwd_sm90FlashAttentionForwardSm90_0",
+             "softmax_warp_forward"], None, True),
+])
+def test_kernel_summary_mismatch(impl: str, kernels: list[str], label: str | None,
+                                 mismatch: bool) -> None:
+    launches, totals = _fake_forward(dict.fromkeys(kernels, 1))
+    s = M.kernel_summary(launches, impl)
+    assert s["backend_mismatch"] is mismatch
+    if label is None:  # several labels: heaviest first
+        labels = [M.attention_label(n) for n in sorted(kernels, key=lambda n: -totals[n])]
+        label = "+".join(labels)
+    assert s["attention_kernel"] == label
+
+
+def test_kernel_summary_refuses_an_unknown_impl() -> None:
+    with pytest.raises(ValueError, match="impl: expected one of"):
+        M.kernel_summary([], "sdpa-math")
+
+
+def test_kernel_events_keeps_the_gpu_side() -> None:
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    us = [random.uniform(1, 100) for _ in range(3)]
+    events = [SimpleNamespace(name="attn_fwd_gluon_ws_kernel", device_type=DeviceType.CUDA,
+                              device_time_total=us[0]),
+              SimpleNamespace(name="aten::mm", device_type=DeviceType.CPU,
+                              device_time_total=us[1]),
+              SimpleNamespace(name="Memset (Device)", device_type=DeviceType.CUDA,
+                              device_time_total=us[2])]
+    assert M.kernel_events(events) == [("attn_fwd_gluon_ws_kernel", us[0]),
+                                       ("Memset (Device)", us[2])]
+
+
+def test_table_shows_the_kernel_and_the_mismatch() -> None:
+    good, _ = _fake_forward({"cudnn_generated_fort_native_sdpa_sm90_knob_7": 1}, layers=2)
+    bad, _ = _fake_forward({"softmax_warp_forward": 1}, layers=2)
+    extra = {"sdpa-cudnn": M.kernel_summary(good, "sdpa-cudnn"),
+             "sdpa-flash": M.kernel_summary(bad, "sdpa-flash")}
+    rows = M.summarize("compile", M.Shape(16, 1024), {"sdpa-cudnn": [9.0], "sdpa-flash": [8.0]},
+                       {}, extra)
+    text = M.table(rows, "github")
+    assert "attention kernel" in text and "| cudnn " in text and "math (MISMATCH)" in text
+    notes = M.mismatch_notes(rows)
+    assert len(notes) == 1 and notes[0].startswith("compile B=16 L=1024 sdpa-flash: timed 'math'")
+    assert "softmax_warp_forward" in notes[0]

@@ -13,9 +13,31 @@ Implementations (:data:`IMPLS`), each on its own deep copy of the same weights:
 DSL FlashAttention-4, where it imports; registered here as :data:`FA4_NAME`).
 
 Shapes: B·L = ``--tokens`` (16384) for each L in ``--lengths`` (1024, 4096, 16384), plus the
-short prefill B=1, L=1024 where host cost shows. Modes: ``eager`` and ``compile``
-(``torch.compile`` of the forward, mode default, ``fullgraph=True``; where that fails the
-variant is compiled again with graph breaks allowed and the JSON says so).
+short prefill B=1, L=1024 where host cost shows. Modes: ``eager`` and ``compile``.
+
+``compile`` is regional compilation (PyTorch's "regional compilation" recipe,
+pytorch.org/tutorials/recipes/regional_compilation.html): every decoder layer
+(``model.model.layers[i]``) is compiled, the embedding, the mask construction, the final norm
+and the LM head stay eager (:func:`compile_layers`). The 28 layers share one code object, and
+with their parameters as graph inputs dynamo compiles one layer and reuses its graph for the
+other 27 (``graphs_compiled`` in each row counts the graphs). ``fullgraph=True`` first; where
+that fails the layers are compiled again with graph breaks allowed and the row says so
+(``fullgraph``, ``fullgraph_error``); ``compile_s`` is the wall time of the first forward.
+SDPA's backend is chosen when the graph is traced, and dynamo does not guard on the
+``sdpa_kernel`` state around a compiled call, so a graph traced under one backend would be
+reused silently under another (both SDPA copies run the same layer code with equal guards).
+The ``sdpa_kernel`` context is therefore traced inside each compiled layer call (dynamo bakes
+it into the graph and guards on the backend, so each backend gets its own graph). The mask is
+built eagerly, outside the compiled layers: transformers then skips it and passes
+``is_causal=True`` as in the eager mode (whole-model compilation traced the mask construction,
+where transformers materialises a boolean mask, which excludes the flash backend).
+
+Which kernel ran: after the timing, one forward of every row is profiled
+(``torch.profiler``, CUDA activity) and its kernels classified by :func:`attention_label`
+(flashrepro's Triton/Gluon kernels, cuDNN, torch flash, mem-efficient, FA4's CuTe kernels,
+math's softmax); the row records the attention kernels seen (µs per forward, calls), the top 5
+kernels by GPU time, and ``backend_mismatch`` when the attention kernel is not the one the row
+is named after (listed under the table, the row kept).
 
 Timing: per forward, CUDA events recorded before and after it, forwards queued back to back
 (no busy-wait, no synchronisation between them: host time that the GPU waits for is in the
@@ -150,16 +172,29 @@ def _attn_name(impl: str) -> str:
     return {"frepro": fr_tf.NAME, "fa4": FA4_NAME}.get(impl, "sdpa")
 
 
-def _context(impl: str) -> contextlib.AbstractContextManager:
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+SDPA_BACKENDS = {"sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-flash": "FLASH_ATTENTION"}
+"""The ``torch.nn.attention.SDPBackend`` member each SDPA implementation is pinned to."""
 
-    backend = {"sdpa-cudnn": SDPBackend.CUDNN_ATTENTION,
-               "sdpa-flash": SDPBackend.FLASH_ATTENTION}.get(impl)
-    return sdpa_kernel(backend) if backend is not None else contextlib.nullcontext()
+
+def _sdpa_backends(impl: str) -> list[Any] | None:
+    """The ``sdpa_kernel`` backends of an SDPA implementation, None for the others."""
+    from torch.nn.attention import SDPBackend
+
+    name = SDPA_BACKENDS.get(impl)
+    return None if name is None else [getattr(SDPBackend, name)]
+
+
+def _context(impl: str) -> contextlib.AbstractContextManager:
+    from torch.nn.attention import sdpa_kernel
+
+    backends = _sdpa_backends(impl)
+    return sdpa_kernel(backends) if backends is not None else contextlib.nullcontext()
 
 
 def make_forward(model: torch.nn.Module, impl: str) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``f(input_ids) -> logits`` of ``model`` (its own copy, attention set to ``impl``'s)."""
+    """``f(input_ids) -> logits`` of ``model`` (its own copy, attention set to ``impl``'s),
+    inside ``impl``'s ``sdpa_kernel`` context. Compiled layers (:func:`compile_layers`) run
+    compiled through it; the rest of the model runs eagerly."""
     model.set_attn_implementation(_attn_name(impl))
 
     def forward(input_ids: torch.Tensor) -> torch.Tensor:
@@ -169,28 +204,200 @@ def make_forward(model: torch.nn.Module, impl: str) -> Callable[[torch.Tensor], 
     return forward
 
 
-def compile_forward(fn: Callable[[torch.Tensor], torch.Tensor], ids: torch.Tensor
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """``model.model.layers`` (transformers' decoder models: Qwen3, Llama, ...).
+
+    Raises:
+        ValueError: ``model`` has no ``model.layers`` ModuleList.
+    """
+    layers = getattr(getattr(model, "model", None), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList):
+        raise ValueError(f"model: expected a decoder model with model.model.layers, got "
+                         f"{type(model).__name__}")
+    return layers
+
+
+def _in_backend(call: Callable[..., Any], backends: list[Any]) -> Callable[..., Any]:
+    """``call`` inside ``sdpa_kernel(backends)``: the context is traced with the call."""
+    from torch.nn.attention import sdpa_kernel
+
+    def call_in_backend(*args: Any, **kwargs: Any) -> Any:
+        with sdpa_kernel(backends):
+            return call(*args, **kwargs)
+
+    return call_in_backend
+
+
+def uncompile_layers(model: torch.nn.Module) -> None:
+    """Undo :func:`compile_layers`: every decoder layer runs eagerly again."""
+    for layer in decoder_layers(model):
+        layer._compiled_call_impl = None
+
+
+def compile_layers(model: torch.nn.Module, impl: str, fullgraph: bool,
+                   backend: str | Callable[..., Any] = "inductor") -> None:
+    """Regional compilation: each decoder layer's call compiled, the model's own forward not.
+
+    What ``layer.compile(fullgraph=...)`` does (``nn.Module.compile`` sets
+    ``_compiled_call_impl``, which ``nn.Module.__call__`` then runs), except that for an SDPA
+    implementation the compiled function is the layer's call inside ``impl``'s
+    ``sdpa_kernel`` context: dynamo traces that context into the graph (SDPAKernelVariable,
+    torch/_dynamo/variables/ctx_manager.py), so the backend is fixed at trace time and guarded,
+    whatever context surrounds the call later. Nothing is compiled until the first call.
+
+    Args:
+        model: a transformers decoder model (:func:`decoder_layers`), attention already set.
+        impl: one of :data:`IMPLS`.
+        fullgraph: passed to ``torch.compile``.
+        backend: ``torch.compile``'s backend (tests pass "eager" or a graph-capturing one).
+    """
+    backends = _sdpa_backends(impl)
+    for layer in decoder_layers(model):
+        layer._compiled_call_impl = None
+        call = layer._call_impl if backends is None else _in_backend(layer._call_impl, backends)
+        layer._compiled_call_impl = torch.compile(call, fullgraph=fullgraph, backend=backend)
+
+
+def _graphs_compiled() -> int:
+    return int(torch._dynamo.utils.counters["stats"]["unique_graphs"])
+
+
+def compile_forward(model: torch.nn.Module, impl: str, ids: torch.Tensor,
+                    backend: str | Callable[..., Any] = "inductor"
                     ) -> tuple[Callable[[torch.Tensor], torch.Tensor], dict[str, Any]]:
-    """``torch.compile(fn, fullgraph=True)``, else with graph breaks allowed; compiled and run
-    once on ``ids`` here. Returns the compiled function and what happened (``fullgraph``,
-    ``compile_s``: wall seconds of the first call, ``fullgraph_error``)."""
-    info: dict[str, Any] = {}
+    """:func:`compile_layers` with ``fullgraph=True``, else with graph breaks allowed; compiled
+    and run once on ``ids`` (B, L) int64 here.
+
+    Returns:
+        The forward (:func:`make_forward`) and what happened: ``fullgraph``, ``compile_s`` (wall
+        seconds of the first forward, compilation included), ``graphs_compiled`` (dynamo graphs
+        compiled for it: 1 when the 28 layers share one graph) and ``fullgraph_error``.
+    """
+    info: dict[str, Any] = {"compiled": "decoder layers (regional)"}
+    fwd = make_forward(model, impl)
     for fullgraph in (True, False):
-        compiled = torch.compile(fn, fullgraph=fullgraph)
+        compile_layers(model, impl, fullgraph, backend)
+        graphs = _graphs_compiled()
         t0 = time.perf_counter()
         try:
             with torch.inference_mode():
-                compiled(ids)
-            torch.cuda.synchronize()
+                fwd(ids)
+            if ids.is_cuda:
+                torch.cuda.synchronize()
         except Exception as exc:
             if not fullgraph:
                 raise
             # No dynamo reset here: it would drop the variants compiled before this one.
             info["fullgraph_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
             continue
-        info.update(fullgraph=fullgraph, compile_s=time.perf_counter() - t0)
-        return compiled, info
+        info.update(fullgraph=fullgraph, compile_s=time.perf_counter() - t0,
+                    graphs_compiled=_graphs_compiled() - graphs)
+        return fwd, info
     raise AssertionError("unreachable")
+
+
+ATTENTION_KERNELS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("flashrepro-ws", ("attn_fwd_gluon_ws_kernel",)),
+    ("flashrepro-gluon", ("attn_fwd_gluon_kernel",)),
+    ("flashrepro-triton", ("attn_fwd_kernel",)),
+    ("flashrepro-article", ("article_fwd_kernel",)),
+    ("fa4", ("flash_attncute", "flash_attn.cute", "flashattentionforwardsm", "flash_attn_cute")),
+    ("cudnn", ("cudnn", "sm90_flash", "sm100_flash", "fort_native_sdpa", "fmha_fprop")),
+    ("flash", ("pytorch_flash", "flash_fwd")),
+    ("efficient", ("fmha_cutlass", "efficient_attention", "attentionkernel")),
+    ("math", ("softmax",)),
+)
+"""The attention-kernel classifier: (label, substrings of the lower-cased CUDA kernel name), the
+first label with a matching substring wins, so the order matters (FA4's CuTe names contain
+"flash_fwd", flashrepro's Gluon names contain neither). Sources of the names: flashrepro's own
+kernels (``attn_fwd_gluon_ws_kernel`` in kernels/fwd_gluon_ws.py, ``attn_fwd_gluon_kernel``
+in kernels/fwd_gluon.py, ``attn_fwd_kernel`` in kernels/fwd.py, ``article_fwd_kernel`` in
+kernels/article.py); FA4's CuTe DSL kernels are named after the module and class
+(``..._flash_attncuteflash_fwd_sm90FlashAttentionForwardSm90_...``); cuDNN's runtime-compiled
+SDPA kernels (``cudnn_generated_fort_native_sdpa_sm90_...``, ``sm90_flash_fprop_wgmma_...``);
+torch's FlashAttention-2 (``pytorch_flash::flash_fwd_kernel<...>``); the mem-efficient
+backend's xFormers kernels (``fmha_cutlassF_bf16_aligned_64x128_rf_sm80``,
+``attention_kernel_batched_impl<AttentionKernel<...>>``); the math backend is seen by its
+softmax (``softmax_warp_forward``, ``cunn_SoftMaxForward``, inductor's
+``triton_..._safe_softmax...``), the model having no other softmax: its bmm kernels are
+GEMMs like the projections' and are not attributed, so a math row's attention µs are its
+softmax's alone."""
+
+EXPECTED_KERNEL = {"frepro": "flashrepro", "sdpa-cudnn": "cudnn", "sdpa-flash": "flash",
+                   "fa4": "fa4"}
+"""The label each implementation's attention must have (frepro: any ``flashrepro-*``)."""
+
+
+def attention_label(name: str) -> str | None:
+    """The :data:`ATTENTION_KERNELS` label of a CUDA kernel name, None when it is not an
+    attention kernel (a GEMM, a norm, an elementwise kernel)."""
+    low = name.lower()
+    for label, needles in ATTENTION_KERNELS:
+        if any(n in low for n in needles):
+            return label
+    return None
+
+
+def kernel_summary(kernels: list[tuple[str, float]], impl: str, top: int = 5) -> dict[str, Any]:
+    """Which attention kernels one profiled forward ran, and its ``top`` kernels by GPU time.
+
+    Args:
+        kernels: (CUDA kernel name, GPU µs) per kernel launch of one forward
+            (:func:`kernel_events`).
+        impl: the row's implementation (:data:`EXPECTED_KERNEL`).
+        top: how many of the heaviest kernels to list.
+
+    Returns:
+        ``attention_kernel``: the labels seen, heaviest first, joined by "+" ("none" when no
+        kernel matched); ``attention_kernels``: per kernel name matched, its label, ``us``
+        (GPU µs in the forward) and ``calls``; ``attention_us``; ``gpu_us`` (every kernel);
+        ``top_kernels``: name, µs, calls; ``backend_mismatch``: True when the labels seen are
+        not exactly the expected one (for frepro: not only ``flashrepro-*`` labels).
+
+    Raises:
+        ValueError: ``impl`` not in :data:`EXPECTED_KERNEL`.
+    """
+    if impl not in EXPECTED_KERNEL:
+        raise ValueError(f"impl: expected one of {', '.join(EXPECTED_KERNEL)}, got {impl!r}")
+    by_name: dict[str, list[float]] = {}
+    for name, us in kernels:
+        by_name.setdefault(name, []).append(us)
+    totals = sorted(((n, sum(v), len(v)) for n, v in by_name.items()), key=lambda t: -t[1])
+    attention = [{"label": label, "name": n, "us": us, "calls": c} for n, us, c in totals
+                 if (label := attention_label(n)) is not None]
+    label_us: dict[str, float] = {}
+    for a in attention:
+        label_us[a["label"]] = label_us.get(a["label"], 0.0) + a["us"]
+    labels = sorted(label_us, key=lambda k: -label_us[k])
+    expected = EXPECTED_KERNEL[impl]
+    ok = bool(labels) and all(lab == expected or lab.startswith(expected + "-")
+                              for lab in labels)
+    return {"attention_kernel": "+".join(labels) or "none", "attention_kernels": attention,
+            "attention_us": sum(label_us.values()), "gpu_us": sum(t[1] for t in totals),
+            "top_kernels": [{"name": n, "us": us, "calls": c} for n, us, c in totals[:top]],
+            "backend_mismatch": not ok}
+
+
+def kernel_events(events: Any) -> list[tuple[str, float]]:
+    """(name, GPU µs) of the CUDA-side events of a profile (``prof.events()``: FunctionEvents
+    whose ``device_type`` is CUDA are kernels, memcpys and memsets; their
+    ``device_time_total`` is the µs the GPU spent in them)."""
+    from torch.autograd import DeviceType
+
+    return [(e.name, float(e.device_time_total)) for e in events
+            if e.device_type == DeviceType.CUDA]
+
+
+def profile_forward(fn: Callable[[], object]) -> list[tuple[str, float]]:
+    """One call of ``fn`` (warmed up already) under ``torch.profiler`` (CUDA activity only);
+    its kernels as :func:`kernel_events` gives them."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return kernel_events(prof.events())
 
 
 def time_forwards(fn: Callable[[], object], calls: int) -> list[float]:
@@ -240,12 +447,24 @@ def table(rows: list[dict[str, Any]], fmt: str) -> str:
     def num(v: float | None, spec: str) -> str:
         return "n/a" if v is None else format(v, spec)
 
-    body = [[r["mode"], r["batch"], r["seqlen"], r["impl"], num(r["ms"], ".2f"),
+    def kernel(r: dict[str, Any]) -> str:
+        label = r.get("attention_kernel", "not profiled")
+        return f"{label} (MISMATCH)" if r.get("backend_mismatch") else label
+
+    body = [[r["mode"], r["batch"], r["seqlen"], r["impl"], kernel(r), num(r["ms"], ".2f"),
              num(r["tokens_per_s"] / 1e3, ".0f"), num(r["ratio_to_best_sdpa"], ".3f"),
              num(r["max_abs_diff_vs_ref"], ".3g")] for r in rows]
-    headers = ["mode", "B", "L", "implementation", "ms / forward", "k tokens/s",
-               "/ best SDPA", f"max |Δ logits| vs {REFERENCE}"]
+    headers = ["mode", "B", "L", "implementation", "attention kernel", "ms / forward",
+               "k tokens/s", "/ best SDPA", f"max |Δ logits| vs {REFERENCE}"]
     return tabulate(body, headers, tablefmt=fmt)
+
+
+def mismatch_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per row whose profiled attention kernel is not the one it is named after."""
+    return [f"{r['mode']} B={r['batch']} L={r['seqlen']} {r['impl']}: timed "
+            f"{r['attention_kernel']!r}, not {EXPECTED_KERNEL[r['impl']]!r} "
+            f"(kernels: {', '.join(a['name'][:80] for a in r['attention_kernels']) or 'none'})"
+            for r in rows if r.get("backend_mismatch")]
 
 
 def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
@@ -286,7 +505,8 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor, chunk: int = 1024) -> float:
 
 @contextlib.contextmanager
 def _recompile_room(limit: int = 64) -> Iterator[None]:
-    """Raise dynamo's per-code-object recompile limit (every variant compiles model.forward)."""
+    """Raise dynamo's per-code-object recompile limit (every implementation compiles the one
+    decoder-layer code object, and graph breaks add entries)."""
     cfg = torch._dynamo.config
     attr = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
     old = getattr(cfg, attr)
@@ -300,20 +520,25 @@ def _recompile_room(limit: int = 64) -> Iterator[None]:
 def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: list[Shape],
             rounds: int, calls: int, vocab: int, progress: Callable[[str], None] = print,
             checkpoint: Callable[[list[dict[str, Any]], dict[str, str]], None] | None = None,
-            compile_impls: list[str] | None = None
+            compile_impls: list[str] | None = None,
+            profiler: Callable[[Callable[[], object]], list[tuple[str, float]]] = profile_forward
             ) -> tuple[list[dict[str, Any]], dict[str, str]]:
     """Rows of :func:`summarize` for every mode and shape, and the errors of variants that did
     not run ("mode B L impl" -> message); a failing variant is left out, never the run.
     ``checkpoint(rows, errors)`` is called after every (shape, mode), so that a run stopped by a
     time limit keeps what it measured. ``compile_impls``: the implementations timed in the
-    compile mode (default: all of ``models``)."""
+    compile mode (default: all of ``models``). After the timing, one forward of each row is
+    profiled (``profiler``) and :func:`kernel_summary` of it joins the row (``profile_error``
+    instead when profiling fails). Eager rows come first whatever the order of ``modes``."""
     rows: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
     gen = torch.Generator("cuda").manual_seed(0)
     inputs = {shape: torch.randint(0, vocab, (shape.batch, shape.seqlen), device="cuda",
                                    generator=gen) for shape in shape_list}
-    for mode in modes:  # every eager row first: the compiled ones take most of the time
+    for mode in [m for m in MODES if m in modes]:  # eager first: compiling takes the time
         for shape, ids in inputs.items():
+            for model in models.values():
+                uncompile_layers(model)  # the reference's logits and the eager rows: eager
             with torch.inference_mode():
                 ref = make_forward(models[REFERENCE], REFERENCE)(ids)
             torch._dynamo.reset()
@@ -327,9 +552,10 @@ def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: li
                 try:
                     fwd = make_forward(model, impl)
                     if mode == "compile":
-                        fwd, extra[impl] = compile_forward(fwd, ids)
-                        progress(f"{key}: compiled in {extra[impl]['compile_s']:.0f} s "
-                                 f"(fullgraph={extra[impl]['fullgraph']})")
+                        fwd, extra[impl] = compile_forward(model, impl, ids)
+                        progress(f"{key}: layers compiled in {extra[impl]['compile_s']:.1f} s "
+                                 f"(fullgraph={extra[impl]['fullgraph']}, "
+                                 f"{extra[impl]['graphs_compiled']} graph(s))")
                     with torch.inference_mode():
                         diffs[impl] = max_abs_diff(fwd(ids), ref)
                         fwd(ids)
@@ -341,6 +567,12 @@ def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: li
                 fns[impl] = (lambda f=fwd, x=ids: f(x))
             with torch.inference_mode():
                 round_ms = interleave(fns, rounds, calls) if fns else {}
+                for impl, fn in fns.items():
+                    try:
+                        extra.setdefault(impl, {}).update(kernel_summary(profiler(fn), impl))
+                    except Exception as exc:
+                        extra.setdefault(impl, {})["profile_error"] = (
+                            f"{type(exc).__name__}: {str(exc)[:300]}")
             rows += summarize(mode, shape, round_ms, diffs, extra)
             progress(table([r for r in rows if r["mode"] == mode
                             and (r["batch"], r["seqlen"]) == (shape.batch, shape.seqlen)],
@@ -364,7 +596,9 @@ def _csv(choices: tuple[str, ...] | list[str]) -> Callable[[str], list[str]]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", type=_csv(MODES), default=list(MODES),
-                        help="comma-separated: eager,compile (default: both)")
+                        help="comma-separated: eager,compile (default: both; eager runs "
+                             "first). compile: regional, torch.compile of each decoder layer "
+                             "(one graph shared by the layers), the rest eager")
     parser.add_argument("--impls", type=_csv(IMPLS), default=list(IMPLS),
                         help=f"comma-separated subset of {','.join(IMPLS)} (default: all; fa4 "
                              "only where flash_attn.cute imports)")
@@ -393,8 +627,9 @@ def caption(environment: dict[str, Any], layers: int) -> str:
     return (f"{gpu.get('name', 'no GPU')}, torch {environment['torch']}, transformers "
             f"{environment.get('transformers', '?')}, {environment['date']}; Qwen3-0.6B shape "
             f"({layers} layers, GQA 16/8, head_dim 128), random bf16 weights, prefill "
-            "model(input_ids, use_cache=False); CUDA events per forward, back to back, median "
-            "of per-round medians.")
+            "model(input_ids, use_cache=False); compile: each decoder layer compiled "
+            "(regional); CUDA events per forward, back to back, median of per-round medians; "
+            "attention kernel: the one torch.profiler saw in a forward of the row.")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -442,13 +677,25 @@ def run(args: argparse.Namespace) -> int:
                               "rounds": args.rounds, "calls_per_round": args.calls,
                               "warmup": 2, "statistic": "median of per-round medians",
                               "tokens": args.tokens, "reference": REFERENCE,
-                              "compile": "torch.compile(forward, fullgraph=True), else with "
-                                         "graph breaks"},
+                              "compile": "regional: torch.compile of each decoder layer's "
+                                         "call (model.model.layers[i]), fullgraph=True, else "
+                                         "with graph breaks; SDPA rows trace sdpa_kernel inside "
+                                         "the compiled call; embedding, mask, final norm and "
+                                         "LM head eager; compile_s: first forward's wall s",
+                              "kernels": "one forward per row after the timing under "
+                                         "torch.profiler (CUDA activity); attention kernels "
+                                         "named by ATTENTION_KERNELS; backend_mismatch when "
+                                         "not the row's own",
+                              "attention_classifier": [[lab, list(n)] for lab, n in
+                                                       ATTENTION_KERNELS]},
                    "skipped": skipped, "errors": errors, "rows": rows}
         (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
         notes = "".join(f"\n- {k}: {v}" for k, v in {**skipped, **errors}.items())
+        mismatches = "".join(f"\n- **{n}**" for n in mismatch_notes(rows))
         (out_dir / "model.md").write_text(
             f"# Qwen3 prefill\n\n{text}\n\n{table(rows, 'github')}\n"
+            + (f"\n**Backend mismatch** (the row timed another attention kernel than its name "
+               f"says):{mismatches}\n" if mismatches else "")
             + (f"\nLeft out:{notes}\n" if notes else ""))
         if rows:
             plot(rows, out_dir / "model.png", text)
@@ -460,6 +707,8 @@ def run(args: argparse.Namespace) -> int:
     write(rows, errors)
     print(table(rows, "simple"))
     print(text)
+    for note in mismatch_notes(rows):
+        print(f"BACKEND MISMATCH: {note}")
     for k, v in {**skipped, **errors}.items():
         print(f"left out: {k}: {v[:300]}")
     print(f"model: wrote {env.shown_path(out_dir)}/model.{{json,md,png}}")
