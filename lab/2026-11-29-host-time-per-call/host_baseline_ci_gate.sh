@@ -11,7 +11,7 @@ OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W/ci" "$W/gate" "$W/base"
 source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 start=$(date +%s)
-PYTHONPATH=$PWD/src timeout 60 python3 lab/probes/host_probe.py > "$W/host_probe.md" 2>&1
+PYTHONPATH=$PWD/src:$PWD timeout 60 python3 lab/probes/host_probe.py > "$W/host_probe.md" 2>&1
 echo "host probe rc=$? [$(($(date +%s) - start)) s]"; cat "$W/host_probe.md"
 cp -r reproduce/baselines "$W/baselines"  # the new baseline goes there, not into reproduce/
 PYTHONPATH=$PWD/src timeout 120 python3 -m flashrepro reproduce --no-sass --out "$W/base" \
