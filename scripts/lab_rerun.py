@@ -98,6 +98,13 @@ def _module_names(tree: ast.Module) -> set[str]:
     return names
 
 
+def _is_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # the parent is a module, not a package
+        return False
+
+
 def _check_import(module: str, names: list[str], root: Path) -> str | None:
     """Why ``from module import names`` fails, or None."""
     top = module.split(".")[0]
@@ -117,8 +124,7 @@ def _check_import(module: str, names: list[str], root: Path) -> str | None:
             mod = importlib.import_module(module)
         except Exception as exc:  # the reason is the report
             return f"import {module}: {type(exc).__name__}: {exc}"
-        missing = [n for n in names if not hasattr(mod, n)
-                   and importlib.util.find_spec(f"{module}.{n}") is None]
+        missing = [n for n in names if not hasattr(mod, n) and not _is_module(f"{module}.{n}")]
         return f"{module} has no {', '.join(missing)}" if missing else None
     try:
         found = importlib.util.find_spec(top) is not None
