@@ -23,7 +23,7 @@ def _rounds(rng: np.random.Generator, *, slowdown: float = 0.0, offset: float = 
     machine factor (clocks); ``offset`` moves flashrepro and its twin alike (a process or a
     baseline offset), ``slowdown`` only flashrepro (the code under test)."""
     machine = 1.0 + 0.02 * rng.standard_normal(ROUNDS)
-    noise = lambda: 1.0 + cv * rng.standard_normal(ROUNDS)  # noqa: E731
+    noise = lambda: 1.0 + cv * rng.standard_normal(ROUNDS)
     torch_flash = 61.0 * machine * noise()
     twin = 26.0 * (1 + offset) * machine * noise()
     head = 26.0 * (1 + offset) * (1 + slowdown) * machine * noise()

@@ -8,20 +8,21 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W/ci" "$W/gate" "$W/base"
+source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 start=$(date +%s)
-PYTHONPATH=$PWD/src timeout 60 python3 lab/probes/host_probe.py > "$W/host_probe.md" 2>&1
+PYTHONPATH=$PWD/src:$PWD timeout 60 python3 lab/probes/host_probe.py > "$W/host_probe.md" 2>&1
 echo "host probe rc=$? [$(($(date +%s) - start)) s]"; cat "$W/host_probe.md"
+cp -r reproduce/baselines "$W/baselines"  # the new baseline goes there, not into reproduce/
 PYTHONPATH=$PWD/src timeout 120 python3 -m flashrepro reproduce --no-sass --out "$W/base" \
-  --update-baseline > "$W/base/reproduce.txt" 2>&1
+  --update-baseline --baseline-dir "$W/baselines" "${REPRODUCE_SMOKE[@]}" > "$W/base/reproduce.txt" 2>&1
 echo "baseline run rc=$? [$(($(date +%s) - start)) s]"; head -19 "$W/base/reproduce.txt"
-cp -r reproduce/baselines "$W/baselines"
 OUT=$W/ci timeout 360 bash scripts/ci_steps.sh > "$W/ci_steps.log" 2>&1
 echo "ci_steps rc=$? [$(($(date +%s) - start)) s]"
 grep -E " passed| failed|rc=|exit [0-9]|Warning" "$W/ci_steps.log" | tail -12
 grep -E "^### " "$W/ci/summary.md"
 left=$((575 - $(date +%s) + start))
 OUT=$W/gate PYTHONPATH=$PWD/src timeout $left python3 scripts/gate_experiment.py \
-  --runs 10 > "$W/gate_experiment.txt" 2>&1
+  --runs "$(lab_pick 10 1)" --rounds "$(lab_pick 100 3)" --repeats "$(lab_pick 15 1)" > "$W/gate_experiment.txt" 2>&1
 echo "gate experiment rc=$? [$(($(date +%s) - start)) s]"; tail -20 "$W/gate_experiment.txt"
 rm -rf "$W/gate/baselines"  # carries the hook: never a baseline to commit

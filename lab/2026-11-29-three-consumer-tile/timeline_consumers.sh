@@ -8,6 +8,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$OUT/nvidia-smi.csv"
 start=$(date +%s)
 timeout 150 python3 lab/probes/timeline_probe.py "$OUT/timeline" > "$OUT/timeline.txt" 2>&1

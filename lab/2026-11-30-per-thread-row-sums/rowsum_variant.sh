@@ -9,6 +9,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD:$PWD/lab/2026-11-30-per-thread-row-sums/prev_f44323c
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$OUT/nvidia-smi.csv"
 start=$(date +%s)
 timeout 300 python3 lab/probes/variant_probe.py --rounds 20 --problems 6 \

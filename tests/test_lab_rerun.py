@@ -1,0 +1,130 @@
+"""CPU checks of scripts/lab_rerun.py: the Rerun blocks parse, ``--check`` passes on the lab
+record as committed and fails, naming the folder, on a broken one. The lab record is not in
+the Docker image (``.dockerignore``), so neither is this module."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def lab_rerun():
+    spec = importlib.util.spec_from_file_location("lab_rerun", ROOT / "scripts" / "lab_rerun.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["lab_rerun"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+README = """# x
+
+## Files
+- prose
+
+## Rerun
+From the root.
+
+```bash
+# a comment
+OUT="$OUT" bash lab/{folder}/go.sh
+python3 lab/{folder}/probe.py > "$OUT/p.txt"
+```
+Needs: GPU; about 1 min.
+
+## Later
+"""
+
+
+def _fixture(tmp_path: Path, sh: str, py: str, readme: str = README) -> Path:
+    folder = tmp_path / "lab" / "2026-01-01-fixture"
+    folder.mkdir(parents=True)
+    (folder / "README.md").write_text(readme.format(folder=folder.name))
+    (folder / "go.sh").write_text(sh)
+    (folder / "probe.py").write_text(py)
+    return tmp_path
+
+
+def test_parse_takes_the_block_and_the_needs_line(lab_rerun) -> None:
+    r = lab_rerun.parse_readme("f", README.format(folder="f"))
+    assert r.commands == ["# a comment", 'OUT="$OUT" bash lab/f/go.sh',
+                          'python3 lab/f/probe.py > "$OUT/p.txt"']
+    assert r.runnable == r.commands[1:]
+    assert r.needs == "GPU; about 1 min."
+
+
+@pytest.mark.parametrize("broken, reason", [
+    (README.replace("## Rerun", "## Again"), "no '## Rerun' section"),
+    (README.replace("```bash", "```sh"), "one ```bash block, has 0"),
+    (README.replace("Needs: GPU", "GPU"), "no 'Needs:' line"),
+])
+def test_parse_refuses_a_malformed_section(lab_rerun, broken: str, reason: str) -> None:
+    with pytest.raises(ValueError, match=reason) as info:
+        lab_rerun.parse_readme("2026-01-01-x", broken)
+    assert "2026-01-01-x" in str(info.value)
+
+
+def test_every_experiment_has_a_rerun_section(lab_rerun) -> None:
+    reruns = lab_rerun.load()
+    folders = sorted(p.name for p in (ROOT / "lab").iterdir() if p.name[:1].isdigit())
+    assert [r.folder for r in reruns] == folders and len(folders) >= 34
+    assert all(r.needs for r in reruns)
+
+
+def test_check_passes_on_the_lab_record(lab_rerun) -> None:
+    assert lab_rerun.check(lab_rerun.load()) == []
+
+
+def test_check_passes_a_sound_fixture(lab_rerun, tmp_path: Path) -> None:
+    root = _fixture(tmp_path, "#!/usr/bin/env bash\necho hi\n", "import json\nprint(json)\n")
+    assert lab_rerun.check(lab_rerun.load(root / "lab"), root) == []
+
+
+@pytest.mark.parametrize("sh, py, reason", [
+    ("if then fi\n", "print(1)\n", "go.sh: bash -n"),
+    ("echo\n", "def f(:\n", "probe.py: does not compile"),
+    ("echo\n", "from lab.probes.smoke import no_such_name\n",
+     "lab.probes.smoke has no no_such_name"),
+    ("echo\n", "from flashrepro.bench.timing import gone_away\n",
+     "flashrepro.bench.timing has no gone_away"),
+    ("echo\n", "import ws_before\n", "imports ws_before, found neither beside it nor installed"),
+    ("python3 lab/2026-01-01-fixture/missing.py\n", "print(1)\n", "missing.py: no such file"),
+])
+def test_check_fails_a_broken_fixture(lab_rerun, tmp_path: Path, sh: str, py: str,
+                                      reason: str) -> None:
+    root = _fixture(tmp_path, sh, py)
+    (root / "lab" / "probes").mkdir()
+    (root / "lab" / "probes" / "smoke.py").write_text((ROOT / "lab/probes/smoke.py").read_text())
+    failures = lab_rerun.check(lab_rerun.load(root / "lab"), root)
+    assert failures and all(folder == "2026-01-01-fixture" for folder, _ in failures)
+    assert any(reason in why for _, why in failures), failures
+
+
+def test_main_check_exit_status(lab_rerun, tmp_path: Path, capsys) -> None:
+    assert lab_rerun.main(["--check", "--only", "rowsum-rounding"]) == 0
+    with pytest.raises(SystemExit):
+        lab_rerun.main(["--run"])  # --out is required
+    assert "--run needs --out" in capsys.readouterr().err
+
+
+def test_missing_needs(lab_rerun) -> None:
+    assert lab_rerun.missing_needs("CPU only; 1 min") is None
+    assert lab_rerun.missing_needs("nothing to run") == "nothing to run at this commit"
+    assert lab_rerun.missing_needs("GPU (historic checkout); x").startswith("nothing")
+
+
+def test_smoke_knob_refuses_a_typo(monkeypatch) -> None:
+    sys.path.insert(0, str(ROOT))
+    from lab.probes import smoke
+    monkeypatch.setenv(smoke.ENV, "yes")
+    with pytest.raises(ValueError, match="FLASHREPRO_LAB_SMOKE must be 0 or 1"):
+        smoke.enabled()
+    monkeypatch.setenv(smoke.ENV, "1")
+    assert (smoke.rounds(30), smoke.calls(10), smoke.first([1, 2, 3])) == (3, 2, [1])
+    monkeypatch.setenv(smoke.ENV, "0")
+    assert (smoke.rounds(30), smoke.calls(10), smoke.first([1, 2, 3])) == (30, 10, [1, 2, 3])
