@@ -574,6 +574,7 @@ def main() -> None:
                 errors.append(f"run {i} ({variant}): {err}")
                 log(f"    run {i} ({variant}) failed: {err[-300:]}")
             result["runs"].append(run)
+            write()  # a call stopped at its time limit keeps every finished run
         if pending is not None:
             pending.cancel()
     import torch  # noqa: F401  (env capture below reads the GPU name via torch)

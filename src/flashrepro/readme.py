@@ -21,6 +21,7 @@ from typing import Any
 from tabulate import tabulate
 
 from flashrepro.env import REPO_ROOT
+from flashrepro.results import REFERENCE_PREFIX
 
 README = REPO_ROOT / "README.md"
 RESULTS = REPO_ROOT / "reproduce" / "results" / "nvidia-h200" / "reproduce.json"
@@ -48,13 +49,16 @@ def _num(value: float | None, digits: int = 1) -> str:
 
 def headline(results: dict[str, Any]) -> str:
     """The article-config table: one row per kernel, for each mode its µs and its time ratio to
-    torch flash in the same rounds; optional fields as extra columns of the causal mode.
+    torch flash in the same rounds; optional fields as extra columns of the causal mode. The
+    gate's reference twins (``reference:<name>``, docs/gate.md) are left out.
 
     Raises KeyError if a record lacks ``name``, ``median_us`` or ``ratio_vs_torch_flash``."""
     rows: dict[str, dict[str, Any]] = {}
     modes = [s for s in MODES if any(_split(r["name"])[1] == s for r in results["records"])]
     extra = [k for k in OPTIONAL if any(k in r for r in results["records"])]
     for record in results["records"]:
+        if record["name"].startswith(REFERENCE_PREFIX):  # the gate's twins: not a kernel row
+            continue
         base, suffix = _split(record["name"])
         key = base if suffix != " (mma.sync)" else f"{base} (mma.sync)"
         row = rows.setdefault(key, {"kernel": key})

@@ -47,7 +47,8 @@ class Reference:
 
     Attributes:
         src: the checkout's ``src`` folder, resolved.
-        commit: its git commit (``git rev-parse HEAD`` there), or None outside a git checkout.
+        commit: its git commit (``git rev-parse HEAD`` there, else
+            $FLASHREPRO_REFERENCE_COMMIT), or None.
         package: the reference's ``flashrepro`` module (``attention``, ``article_attention``,
             ``KernelConfig`` as at that commit).
         modules: every reference module imported, by name.
@@ -103,12 +104,17 @@ def _stepped_aside() -> Iterator[dict[str, ModuleType]]:
 
 
 def _commit(src: Path) -> str | None:
+    """The reference's commit: ``git rev-parse`` in ``src``, else $FLASHREPRO_REFERENCE_COMMIT
+    (a copy outside git, as $FLASHREPRO_GIT_COMMIT names the running one's), else None."""
+    import os
+
     try:
         proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=src,
                               capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip() or None
+        proc = None
+    sha = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+    return sha or os.environ.get("FLASHREPRO_REFERENCE_COMMIT") or None
 
 
 def load(src: Path | str) -> Reference:
