@@ -102,6 +102,15 @@ def test_out_through_a_plan_is_still_checked(device: torch.device) -> None:
     assert_parity(strided, None, q, k, v, causal=True)
     assert flashrepro.attention(q, k, v, causal=True, out=q) is q  # allowed; out's plan
     assert launch.plan_count() == 2
+    # The plan's fast check compares byte ranges: a partial overlap, or an out that wants grad,
+    # must still reach the exact check and its error.
+    n = q.numel()
+    buf = torch.empty(2 * n, dtype=q.dtype, device=device)
+    k_in_buf = buf[n // 2: n // 2 + n].view_as(k).copy_(k)
+    with pytest.raises(ValueError, match="out must not share memory with k"):
+        flashrepro.attention(q, k_in_buf, v, causal=True, out=buf[:n].view_as(q))
+    with pytest.raises(ValueError, match="out requires grad"):
+        flashrepro.attention(q, k, v, causal=True, out=torch.empty_like(q).requires_grad_())
 
 
 @pytest.mark.gpu

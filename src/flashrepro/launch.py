@@ -11,7 +11,8 @@ that validation or the kernel choice reads: shapes, strides, dtype, device, 16-b
 flags, scale, config, the ``DISABLE_MMA_V3`` switch — records a :class:`LaunchPlan`; a later
 call with the same signature has passed the same checks, so it finds its plan with one dict
 lookup, allocates the output (or takes ``out``, whose layout is part of the signature and
-whose memory is checked against q, k and v on every call) and launches Triton's compiled
+whose memory is checked against q, k and v on every call: a comparison of byte ranges, the
+exact check where they meet) and launches Triton's compiled
 kernel directly (:mod:`flashrepro.direct`). A call that could fail a check the signature does
 not cover (grad-requiring inputs, a flag or argument of another type) takes the full path.
 """
@@ -21,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -148,6 +149,9 @@ class LaunchPlan:
         lse_shape: LSE's shape, (B, H, Lq), allocated when the caller asked for it.
         lse_dummy: the LSE argument when it is not stored (the kernels never touch it then).
         contiguous_q, contiguous_kv: read q (k and v) through contiguous copies.
+        spans: bytes from the first to one past the last element of q, k, v and ``out`` (fixed
+            by the signature's shapes, strides and dtypes), for plans keyed with an ``out``:
+            see :meth:`out_is_apart`.
     """
 
     call: KernelCall
@@ -158,6 +162,25 @@ class LaunchPlan:
     lse_dummy: torch.Tensor | None
     contiguous_q: bool
     contiguous_kv: bool
+    spans: tuple[int, int, int, int] | None = None
+
+    def out_is_apart(self, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
+                     v: torch.Tensor) -> bool:
+        """True when ``out``'s bytes meet none of q's, k's or v's and ``out`` may be written
+        in place (no grad wanted): what :func:`~flashrepro.validation.check_out` would accept
+        without looking further. Its other rules (type, layout, shape, dtype, device, no
+        self-overlap, no negation bit) depend only on what the plan's key holds. False sends
+        the call through the full check (``out = q``, interleaved views of one buffer)."""
+        if out.requires_grad and torch.is_grad_enabled():
+            return False
+        q_span, k_span, v_span, o_span = self.spans  # type: ignore[misc]
+        o0 = out.data_ptr()
+        o1 = o0 + o_span
+        for t, span in ((q, q_span), (k, k_span), (v, v_span)):
+            t0 = t.data_ptr()
+            if t0 < o1 and o0 < t0 + span:
+                return False
+        return True
 
     def launch(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                out: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -193,6 +216,12 @@ def clear_plans() -> None:
 def plan_count() -> int:
     """How many launch plans are cached."""
     return len(_PLANS)
+
+
+def _span(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s first element to one past its last (strides >= 0, numel > 0)."""
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) + 1
+            ) * t.element_size()
 
 
 def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
@@ -237,8 +266,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                if plain else None)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
-        if out is not None:
-            check_out(out, q, q=q, k=k, v=v)
+        if out is not None and not plan.out_is_apart(out, q, k, v):
+            check_out(out, q, q=q, k=k, v=v)  # the exact rules (and their errors)
         return plan.launch(q, k, v, out)
     o, lse, plan = _forward_full(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
                                  causal_alignment=causal_alignment, return_lse=return_lse,
@@ -246,6 +275,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     if key is not None and plan is not None:
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
+        if out is not None:
+            plan = replace(plan, spans=(_span(q), _span(k), _span(v), _span(out)))
         _PLANS[key] = plan
     return o, lse
 
