@@ -452,3 +452,40 @@ def test_table_shows_the_kernel_and_the_mismatch() -> None:
     notes = M.mismatch_notes(rows)
     assert len(notes) == 1 and notes[0].startswith("compile B=16 L=1024 sdpa-flash: timed 'math'")
     assert "softmax_warp_forward" in notes[0]
+
+
+def _part(mode: str, impls: tuple[str, ...], date: str) -> dict:
+    rows = [{"mode": mode, "batch": 1, "seqlen": 1024, "impl": i, "ms": 1.0 + n,
+             "tokens_per_s": 1024 / (1.0 + n) * 1e3, "ratio_to_best_sdpa": 1.0,
+             "max_abs_diff_vs_ref": 0.05, "round_medians_us": [1.0]}
+            for n, i in enumerate(impls)]
+    return {"schema": M.SCHEMA, "kind": "model", "model": {"num_hidden_layers": 2},
+            "env": {"gpu": {"name": "NVIDIA H200", "key": "nvidia-h200"}, "torch": "2.11.0",
+                    "triton": "3.6.0", "transformers": "5.17.0", "date": date,
+                    "git_commit": "abc"},
+            "method": {"rounds": 3}, "errors": {}, "skipped": {}, "rows": rows}
+
+
+def test_merge_joins_runs_of_one_setup_and_refuses_others(tmp_path: Path) -> None:
+    eager = _part("eager", ("frepro", "sdpa-flash"), "d1")
+    compiled = _part("compile", ("frepro", "sdpa-flash"), "d2")
+    merged = M.merge([compiled, eager])
+    assert [(r["mode"], r["impl"]) for r in merged["rows"]] == [
+        ("eager", "frepro"), ("eager", "sdpa-flash"), ("compile", "frepro"),
+        ("compile", "sdpa-flash")]
+    assert [m["date"] for m in merged["merged_from"]] == ["d2", "d1"]
+    M.write_results(tmp_path, merged)
+    text = (tmp_path / "model.md").read_text()
+    assert "Rows from runs ['compile'] at d2" in text and text.count("| frepro") == 2
+    other = _part("eager", ("fa4",), "d3")
+    other["env"]["torch"] = "2.12.0"
+    with pytest.raises(ValueError, match="torch"):
+        M.merge([eager, other])
+    with pytest.raises(ValueError, match="more than one file"):
+        M.merge([eager, _part("eager", ("frepro",), "d4")])
+    slower = _part("compile", ("fa4",), "d5")
+    slower["method"] = {"rounds": 5}
+    with pytest.raises(ValueError, match="timing method"):
+        M.merge([eager, slower])
+    with pytest.raises(ValueError, match="at least two"):
+        M.merge([eager])

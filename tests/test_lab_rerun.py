@@ -128,3 +128,22 @@ def test_smoke_knob_refuses_a_typo(monkeypatch) -> None:
     assert (smoke.rounds(30), smoke.calls(10), smoke.first([1, 2, 3])) == (3, 2, [1])
     monkeypatch.setenv(smoke.ENV, "0")
     assert (smoke.rounds(30), smoke.calls(10), smoke.first([1, 2, 3])) == (30, 10, [1, 2, 3])
+
+
+def test_smoke_pytest_keeps_the_first_tests_left_after_deselection(tmp_path: Path) -> None:
+    """Under the smoke knob the plugin keeps 2 of the tests that ``-k`` selects (not 2 of all
+    collected, which ``-k`` could then deselect, leaving none: pytest exit 5)."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "test_sample.py").write_text(
+        "".join(f"def test_{name}():\n    pass\n" for name in ("a1", "a2", "b1", "b2", "b3")))
+    env = {**os.environ, "FLASHREPRO_LAB_SMOKE": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "src")])}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                           "-p", "lab.probes.smoke_pytest", "-k", "b", "-n", "0",
+                           str(tmp_path / "test_sample.py")], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "2 passed" in proc.stdout and "3 deselected" in proc.stdout, proc.stdout

@@ -517,6 +517,42 @@ def _recompile_room(limit: int = 64) -> Iterator[None]:
         setattr(cfg, attr, old)
 
 
+def _forwards(models: dict[str, torch.nn.Module], mode: str, shape: Shape, ids: torch.Tensor,
+              compile_impls: list[str] | None, progress: Callable[[str], None],
+              errors: dict[str, str], ref: torch.Tensor | None = None
+              ) -> tuple[dict[str, Callable[[], object]], dict[str, float], dict[str, Any]]:
+    """Each implementation's forward on ``ids`` for ``mode`` (compiled where it says), run
+    twice (the second call warm); with ``ref``, also each one's max |Δ| to it. A variant that
+    fails is recorded in ``errors`` and left out. Returns (forwards, diffs, extra info)."""
+    fns: dict[str, Callable[[], object]] = {}
+    diffs: dict[str, float] = {}
+    extra: dict[str, dict[str, Any]] = {}
+    for impl, model in models.items():
+        key = f"{mode} B={shape.batch} L={shape.seqlen} {impl}"
+        if mode == "compile" and compile_impls is not None and impl not in compile_impls:
+            continue
+        try:
+            fwd = make_forward(model, impl)
+            if mode == "compile":
+                fwd, extra[impl] = compile_forward(model, impl, ids)
+                progress(f"{key}: layers compiled in {extra[impl]['compile_s']:.1f} s "
+                         f"(fullgraph={extra[impl]['fullgraph']}, "
+                         f"{extra[impl]['graphs_compiled']} graph(s))")
+            with torch.inference_mode():
+                out = fwd(ids)
+                if ref is not None:
+                    diffs[impl] = max_abs_diff(out, ref)
+                del out
+                fwd(ids)
+            torch.cuda.synchronize()
+        except Exception as exc:
+            errors[key] = f"{type(exc).__name__}: {str(exc)[:500]}"
+            progress(f"{key}: left out ({errors[key][:200]})")
+            continue
+        fns[impl] = (lambda f=fwd, x=ids: f(x))
+    return fns, diffs, extra
+
+
 def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: list[Shape],
             rounds: int, calls: int, vocab: int, progress: Callable[[str], None] = print,
             checkpoint: Callable[[list[dict[str, Any]], dict[str, str]], None] | None = None,
@@ -527,59 +563,55 @@ def measure(models: dict[str, torch.nn.Module], modes: list[str], shape_list: li
     not run ("mode B L impl" -> message); a failing variant is left out, never the run.
     ``checkpoint(rows, errors)`` is called after every (shape, mode), so that a run stopped by a
     time limit keeps what it measured. ``compile_impls``: the implementations timed in the
-    compile mode (default: all of ``models``). After the timing, one forward of each row is
-    profiled (``profiler``) and :func:`kernel_summary` of it joins the row (``profile_error``
-    instead when profiling fails). Eager rows come first whatever the order of ``modes``."""
+    compile mode (default: all of ``models``). Eager rows come first whatever the order of
+    ``modes``.
+
+    Which kernel ran: once every row is timed, each (mode, shape) is set up again and one
+    forward of each row is profiled (``profiler``); :func:`kernel_summary` of it joins the row
+    (``profile_error`` instead when profiling fails). Profiling comes last because a profiler
+    session with CUDA activity leaves CUPTI attached after it ends (pytorch/pytorch#144455):
+    in a run that profiled between shapes, the host-bound short prefill timed after it was
+    twice as slow as in a run without the profiler (lab/2026-12-01-qwen3-prefill/)."""
     rows: list[dict[str, Any]] = []
     errors: dict[str, str] = {}
     gen = torch.Generator("cuda").manual_seed(0)
     inputs = {shape: torch.randint(0, vocab, (shape.batch, shape.seqlen), device="cuda",
                                    generator=gen) for shape in shape_list}
-    for mode in [m for m in MODES if m in modes]:  # eager first: compiling takes the time
-        for shape, ids in inputs.items():
-            for model in models.values():
-                uncompile_layers(model)  # the reference's logits and the eager rows: eager
-            with torch.inference_mode():
-                ref = make_forward(models[REFERENCE], REFERENCE)(ids)
-            torch._dynamo.reset()
-            fns: dict[str, Callable[[], object]] = {}
-            diffs: dict[str, float] = {}
-            extra: dict[str, dict[str, Any]] = {}
-            for impl, model in models.items():
-                key = f"{mode} B={shape.batch} L={shape.seqlen} {impl}"
-                if mode == "compile" and compile_impls is not None and impl not in compile_impls:
+    order = [(mode, shape, ids) for mode in MODES if mode in modes  # eager first
+             for shape, ids in inputs.items()]
+    for mode, shape, ids in order:
+        for model in models.values():
+            uncompile_layers(model)  # the reference's logits and the eager rows: eager
+        with torch.inference_mode():
+            ref = make_forward(models[REFERENCE], REFERENCE)(ids)
+        torch._dynamo.reset()
+        fns, diffs, extra = _forwards(models, mode, shape, ids, compile_impls, progress, errors,
+                                      ref=ref)
+        del ref
+        with torch.inference_mode():
+            round_ms = interleave(fns, rounds, calls) if fns else {}
+        rows += summarize(mode, shape, round_ms, diffs, extra)
+        progress(table([r for r in rows if r["mode"] == mode
+                        and (r["batch"], r["seqlen"]) == (shape.batch, shape.seqlen)], "simple"))
+        if checkpoint is not None:
+            checkpoint(rows, errors)
+    by_key = {(r["mode"], r["batch"], r["seqlen"], r["impl"]): r for r in rows}
+    for mode, shape, ids in order:  # the profiling pass (docstring)
+        for model in models.values():
+            uncompile_layers(model)
+        torch._dynamo.reset()
+        fns, _, _ = _forwards(models, mode, shape, ids, compile_impls, lambda _: None, {})
+        with torch.inference_mode():
+            for impl, fn in fns.items():
+                row = by_key.get((mode, shape.batch, shape.seqlen, impl))
+                if row is None:
                     continue
                 try:
-                    fwd = make_forward(model, impl)
-                    if mode == "compile":
-                        fwd, extra[impl] = compile_forward(model, impl, ids)
-                        progress(f"{key}: layers compiled in {extra[impl]['compile_s']:.1f} s "
-                                 f"(fullgraph={extra[impl]['fullgraph']}, "
-                                 f"{extra[impl]['graphs_compiled']} graph(s))")
-                    with torch.inference_mode():
-                        diffs[impl] = max_abs_diff(fwd(ids), ref)
-                        fwd(ids)
-                    torch.cuda.synchronize()
+                    row.update(kernel_summary(profiler(fn), impl))
                 except Exception as exc:
-                    errors[key] = f"{type(exc).__name__}: {str(exc)[:500]}"
-                    progress(f"{key}: left out ({errors[key][:200]})")
-                    continue
-                fns[impl] = (lambda f=fwd, x=ids: f(x))
-            with torch.inference_mode():
-                round_ms = interleave(fns, rounds, calls) if fns else {}
-                for impl, fn in fns.items():
-                    try:
-                        extra.setdefault(impl, {}).update(kernel_summary(profiler(fn), impl))
-                    except Exception as exc:
-                        extra.setdefault(impl, {})["profile_error"] = (
-                            f"{type(exc).__name__}: {str(exc)[:300]}")
-            rows += summarize(mode, shape, round_ms, diffs, extra)
-            progress(table([r for r in rows if r["mode"] == mode
-                            and (r["batch"], r["seqlen"]) == (shape.batch, shape.seqlen)],
-                           "simple"))
-            if checkpoint is not None:
-                checkpoint(rows, errors)
-            del ref
+                    row["profile_error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        if checkpoint is not None:
+            checkpoint(rows, errors)
     return rows, errors
 
 
@@ -619,6 +651,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--calls", type=env.positive_int, default=3,
                         help="timed forwards per implementation per round (default: %(default)s)")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
+    parser.add_argument("--merge", nargs="+", metavar="MODEL_JSON", default=None,
+                        help="measure nothing: join these model.json files of one machine "
+                             "and setup (e.g. an eager and a compile run) into one table")
 
 
 def caption(environment: dict[str, Any], layers: int) -> str:
@@ -632,7 +667,108 @@ def caption(environment: dict[str, Any], layers: int) -> str:
             "attention kernel: the one torch.profiler saw in a forward of the row.")
 
 
+def method(args: argparse.Namespace) -> dict[str, Any]:
+    """The results' ``method`` block (timer, rounds, compile and kernel-check methods)."""
+    return {"timer": "cuda-events per forward, back to back, no busy-wait",
+            "rounds": args.rounds, "calls_per_round": args.calls,
+            "warmup": 2, "statistic": "median of per-round medians",
+            "tokens": args.tokens, "reference": REFERENCE,
+            "compile": "regional: torch.compile of each decoder layer's "
+                       "call (model.model.layers[i]), fullgraph=True, else "
+                       "with graph breaks; SDPA rows trace sdpa_kernel inside "
+                       "the compiled call; embedding, mask, final norm and "
+                       "LM head eager; compile_s: first forward's wall s",
+            "kernels": "one forward per row after the timing under "
+                       "torch.profiler (CUDA activity); attention kernels "
+                       "named by ATTENTION_KERNELS; backend_mismatch when "
+                       "not the row's own",
+            "attention_classifier": [[lab, list(n)] for lab, n in ATTENTION_KERNELS]}
+
+
+def write_results(out_dir: Path, results: dict[str, Any]) -> None:
+    """``model.json``, ``model.md`` (table, backend mismatches, what was left out) and
+    ``model.png`` under ``out_dir`` from a results dict (what :func:`run` measures or
+    :func:`merge` joins)."""
+    rows, errors, skipped = results["rows"], results["errors"], results["skipped"]
+    text = caption(results["env"], results["model"]["num_hidden_layers"])
+    if results.get("merged_from"):
+        text += " Rows from runs " + "; ".join(
+            f"{m['modes']} at {m['date']} (commit {m.get('git_commit') or '?'})"
+            for m in results["merged_from"]) + "."
+    (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    notes = "".join(f"\n- {k}: {v}" for k, v in {**skipped, **errors}.items())
+    mismatches = "".join(f"\n- **{n}**" for n in mismatch_notes(rows))
+    (out_dir / "model.md").write_text(
+        f"# Qwen3 prefill\n\n{text}\n\n{table(rows, 'github')}\n"
+        + (f"\n**Backend mismatch** (the row timed another attention kernel than its name "
+           f"says):{mismatches}\n" if mismatches else "")
+        + (f"\nLeft out:{notes}\n" if notes else ""))
+    if rows:
+        plot(rows, out_dir / "model.png", text)
+
+
+MERGE_SAME = ("gpu", "torch", "triton", "transformers")
+"""Environment fields that runs must share to be merged into one table."""
+
+
+def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Join the rows of several ``model.json`` results of one machine and setup (e.g. the
+    eager and the compiled rows, measured in separate runs to fit a time limit) into one.
+
+    Raises:
+        ValueError: not model results, fewer than two, another GPU, software, model config or
+            timing method, or a (mode, B, L, implementation) row in two of them.
+    """
+    if len(parts) < 2:
+        raise ValueError("--merge needs at least two model.json files")
+    first = parts[0]
+    for i, part in enumerate(parts):
+        if part.get("schema") != SCHEMA or part.get("kind") != "model":
+            raise ValueError(f"--merge: file {i} is not a model results JSON (schema "
+                             f"{part.get('schema')!r}, kind {part.get('kind')!r})")
+        for key in MERGE_SAME:
+            a = (first["env"].get(key) or {}) if key == "gpu" else first["env"].get(key)
+            b = (part["env"].get(key) or {}) if key == "gpu" else part["env"].get(key)
+            if key == "gpu":
+                a, b = a.get("name"), b.get("name")
+            if a != b:
+                raise ValueError(f"--merge: file {i} has {key} {b!r}, file 0 {a!r}")
+        if part["model"] != first["model"]:
+            raise ValueError(f"--merge: file {i} has another model config")
+        if part["method"] != first["method"]:
+            raise ValueError(f"--merge: file {i} has another timing method")
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[Any, ...]] = set()
+    for i, part in enumerate(parts):
+        for r in part["rows"]:
+            key = (r["mode"], r["batch"], r["seqlen"], r["impl"])
+            if key in seen:
+                raise ValueError(f"--merge: row {key} is in more than one file (file {i})")
+            seen.add(key)
+            rows.append(r)
+    order = {m: i for i, m in enumerate(MODES)}
+    rows.sort(key=lambda r: order[r["mode"]])  # stable: each run's shape order is kept
+    return {**first, "rows": rows,
+            "errors": {k: v for p in parts for k, v in p["errors"].items()},
+            "skipped": {k: v for p in parts for k, v in p["skipped"].items()},
+            "merged_from": [{"date": p["env"].get("date"), "git_commit": p["env"].get(
+                "git_commit"), "modes": sorted({r["mode"] for r in p["rows"]})}
+                for p in parts]}
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.merge:
+        try:
+            merged = merge([json.loads(Path(p).read_text()) for p in args.merge])
+        except (OSError, ValueError) as exc:
+            print(f"model: {exc}")
+            return 2
+        out_dir = results_dir(args.out, merged["env"]["gpu"]["key"])
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_results(out_dir, merged)
+        print(table(merged["rows"], "simple"))
+        print(f"model: wrote {env.shown_path(out_dir)}/model.{{json,md,png}}")
+        return 0
     try:
         shape_list = shapes(args.lengths, args.tokens, args.short)
     except ValueError as exc:
@@ -672,33 +808,9 @@ def run(args: argparse.Namespace) -> int:
 
     def write(rows: list[dict[str, Any]], errors: dict[str, str]) -> None:
         results = {"schema": SCHEMA, "kind": "model", "env": environment,
-                   "model": config.to_dict(),
-                   "method": {"timer": "cuda-events per forward, back to back, no busy-wait",
-                              "rounds": args.rounds, "calls_per_round": args.calls,
-                              "warmup": 2, "statistic": "median of per-round medians",
-                              "tokens": args.tokens, "reference": REFERENCE,
-                              "compile": "regional: torch.compile of each decoder layer's "
-                                         "call (model.model.layers[i]), fullgraph=True, else "
-                                         "with graph breaks; SDPA rows trace sdpa_kernel inside "
-                                         "the compiled call; embedding, mask, final norm and "
-                                         "LM head eager; compile_s: first forward's wall s",
-                              "kernels": "one forward per row after the timing under "
-                                         "torch.profiler (CUDA activity); attention kernels "
-                                         "named by ATTENTION_KERNELS; backend_mismatch when "
-                                         "not the row's own",
-                              "attention_classifier": [[lab, list(n)] for lab, n in
-                                                       ATTENTION_KERNELS]},
+                   "model": config.to_dict(), "method": method(args),
                    "skipped": skipped, "errors": errors, "rows": rows}
-        (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-        notes = "".join(f"\n- {k}: {v}" for k, v in {**skipped, **errors}.items())
-        mismatches = "".join(f"\n- **{n}**" for n in mismatch_notes(rows))
-        (out_dir / "model.md").write_text(
-            f"# Qwen3 prefill\n\n{text}\n\n{table(rows, 'github')}\n"
-            + (f"\n**Backend mismatch** (the row timed another attention kernel than its name "
-               f"says):{mismatches}\n" if mismatches else "")
-            + (f"\nLeft out:{notes}\n" if notes else ""))
-        if rows:
-            plot(rows, out_dir / "model.png", text)
+        write_results(out_dir, results)
 
     with _recompile_room():
         rows, errors = measure(models, args.modes, shape_list, args.rounds, args.calls,
