@@ -85,23 +85,27 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
     ``suffix``. With a ``reference`` (:mod:`flashrepro.bench.reference`), every flashrepro row
     of ``names`` (:data:`~flashrepro.bench.kernels.PAIRABLE`) also gets a twin record
     ``reference:<name>``, the reference checkout's code on the same inputs, timed in the same
-    rounds (no host cost) and checked like the others.
-    Kernels that cannot run here (e.g. a torch backend unsupported on this GPU) get a record
-    with ``skipped`` set to the reason.
+    rounds (no host cost) and checked like the others; a row the reference cannot pair (its
+    KernelConfig has other fields) gets a ``skipped`` twin, and the gate judges it against the
+    baseline. Kernels that cannot run here (e.g. a torch backend unsupported on this GPU) get a
+    record with ``skipped`` set to the reason.
     """
     inputs = problem.inputs()
     skipped = {n: r for n in names if (r := K.available(n, inputs, problem.causal))}
     runnable = [n for n in names if n not in skipped]
     fns = {n: K.make_call(n, inputs, problem.causal) for n in runnable}
-    if reference is not None:
-        fns.update({PREFIX + n: K.make_call(n, inputs, problem.causal, reference=reference)
-                    for n in runnable if n in K.PAIRABLE})
+    for n in (n for n in runnable if n in K.PAIRABLE and reference is not None):
+        try:
+            fns[PREFIX + n] = K.make_call(n, inputs, problem.causal, reference=reference)
+        except ValueError as exc:  # e.g. the reference's KernelConfig has other fields
+            skipped[PREFIX + n] = f"no reference twin: {exc}"
     errors = check_outputs(problem, fns, inputs)
     per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=calls)
     host = ({n: host_and_eager_us(fns[n]) for n in runnable} if host_cost else {})
     peer = per_round.get("torch-flash")
     records = []
-    for name in [*names, *(n for n in fns if n.startswith(PREFIX))]:
+    twins = [PREFIX + n for n in runnable if PREFIX + n in fns or PREFIX + n in skipped]
+    for name in [*names, *twins]:
         base = name.removeprefix(PREFIX)
         rec: dict[str, Any] = {"name": name + suffix, "description": K.DESCRIPTIONS[base],
                                "causal": problem.causal}
