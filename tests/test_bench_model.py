@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+from pathlib import Path
 
 import pytest
 import torch

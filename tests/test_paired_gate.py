@@ -140,3 +140,14 @@ def test_compare_paired_rejects_unusable_samples(cur: list[float], ref: list[flo
                                                  match: str) -> None:
     with pytest.raises(ValueError, match=match):
         compare_paired(cur, ref, record="flashrepro")
+
+
+def test_a_reference_that_did_not_load_is_said_and_the_baseline_judges(baseline_dir: Path
+                                                                      ) -> None:
+    rounds = _rounds(np.random.default_rng(8), slowdown=0.05)
+    del rounds[REFERENCE_PREFIX + "flashrepro"]
+    res = results_from_rounds(rounds, synthetic_env())
+    res["reference"] = {"src": "../base/src", "error": "No module named 'newdep'"}
+    verdict = check(res, baseline_dir)
+    assert verdict.exit_code == ExitCode.REGRESSION and not verdict.paired
+    assert any("did not load" in w and "newdep" in w for w in verdict.warnings)

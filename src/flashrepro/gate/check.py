@@ -273,6 +273,10 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     if injected:
         verdict.warnings.append(f"this run has an injected slowdown (test hook "
                                 f"FLASHREPRO_INJECT_SLOWDOWN): {injected}")
+    if (results.get("reference") or {}).get("error"):
+        verdict.warnings.append(f"the reference checkout did not load "
+                                f"({results['reference']['error']}): no record is paired, every "
+                                "one is judged against the committed baseline")
     paired = [n for n, s in samples.items() if "paired" in s]
     verdict.paired = [compare_paired(samples[n]["us"], samples[n]["reference_us"], record=n,
                                      threshold=st.threshold, confidence=st.confidence,
