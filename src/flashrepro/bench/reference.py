@@ -130,7 +130,8 @@ def load(src: Path | str) -> Reference:
 
     Raises:
         ValueError: ``src`` holds no flashrepro package, or is the running package's own
-            folder; ImportError: the reference does not import (its message is kept), or a
+            folder; ImportError: the reference does not import, whatever it raised (a
+            SyntaxError, a module raising halfway: its type and message are kept), or a
             reference module resolved outside ``src``.
     """
     src = Path(src).resolve()
@@ -149,9 +150,9 @@ def load(src: Path | str) -> Reference:
         try:
             package = importlib.import_module(PACKAGE)
             importlib.import_module(f"{PACKAGE}.launch")  # the eager path, fully imported
-        except ImportError as exc:
-            raise ImportError(f"the reference flashrepro at {src} does not import: {exc}"
-                              ) from exc
+        except Exception as exc:  # a SyntaxError or a module raising halfway, too
+            raise ImportError(f"the reference flashrepro at {src} does not import: "
+                              f"{type(exc).__name__}: {exc}") from exc
         finally:
             sys.path.remove(str(src))
             importlib.invalidate_caches()

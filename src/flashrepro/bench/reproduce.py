@@ -206,7 +206,7 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
                          "`python -m flashrepro reproduce`, which passes the gate's)")
     problem, published = load_article()
     reference = None
-    if args.reference_src is not None and torch.cuda.is_available():
+    if args.reference_src is not None:  # checked on every host: bad input is never ignored
         try:
             reference = load_reference(args.reference_src)
         except (ValueError, ImportError) as exc:
