@@ -140,3 +140,15 @@ def test_compare_paired_rejects_unusable_samples(cur: list[float], ref: list[flo
                                                  match: str) -> None:
     with pytest.raises(ValueError, match=match):
         compare_paired(cur, ref, record="flashrepro")
+
+
+@pytest.mark.parametrize("rounds", [20, ROUNDS])
+def test_a_slowdown_of_exactly_the_threshold_in_every_round_is_not_flagged(rounds: int) -> None:
+    """``cur = ref * 1.02`` in every round: the slowdown is the threshold, which the rule
+    tolerates; float rounding of ``cur / ref`` (1.0200000000000000178) must not tip it over.
+    A slowdown just above it (+1e-6 relative) still is flagged."""
+    ref = np.random.default_rng(11).uniform(20.0, 30.0, rounds)
+    at = compare_paired((ref * 1.02).tolist(), ref.tolist(), record="flashrepro")
+    assert not at.slower, at
+    above = compare_paired((ref * 1.02 * (1 + 1e-6)).tolist(), ref.tolist(), record="flashrepro")
+    assert above.slower, above
