@@ -152,3 +152,16 @@ def test_a_slowdown_of_exactly_the_threshold_in_every_round_is_not_flagged(round
     assert not at.slower, at
     above = compare_paired((ref * 1.02 * (1 + 1e-6)).tolist(), ref.tolist(), record="flashrepro")
     assert above.slower, above
+
+
+def test_update_baseline_with_twins_shows_the_previous_baseline(tmp_path: Path) -> None:
+    """A second --update-baseline of a paired run: its records are compared with the previous
+    baseline (``against_baseline``), so the summary must not call it the history's first entry."""
+    rng = np.random.default_rng(12)
+    first = update_baseline(_results(_rounds(rng)), tmp_path)
+    assert "the first entry of its history" in first.markdown
+    second = update_baseline(_results(_rounds(rng)), tmp_path)
+    assert [c.record for c in second.against_baseline] == ["flashrepro"]
+    assert "the first entry of its history" not in second.markdown
+    assert "comparison with the previous baseline" in second.markdown
+    assert "| flashrepro | ratio to torch-flash |" in second.markdown
