@@ -124,3 +124,30 @@ def test_the_cli_refuses_a_missing_reference_without_a_gpu(
     code = main(["reproduce", "--no-sass", "--reference-src", str(tmp_path / "nothing")])
     assert code == 2
     assert "--reference-src must be the src folder" in capsys.readouterr().err
+
+
+def test_a_copy_inside_another_repository_does_not_take_its_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference copied (untracked) into some git work tree, the running one say: that
+    tree's HEAD is not the reference's commit; $FLASHREPRO_REFERENCE_COMMIT or None is."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "README").write_text("x\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    src = repo / "copy" / "src"
+    shutil.copytree(SRC / "flashrepro", src / "flashrepro",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.delenv("FLASHREPRO_REFERENCE_COMMIT", raising=False)
+    assert load(src).commit is None
+    monkeypatch.setenv("FLASHREPRO_REFERENCE_COMMIT", "feed123")
+    assert load(src).commit == "feed123"
+    subprocess.run([*git, "add", "copy"], check=True)
+    subprocess.run([*git, "commit", "-qm", "copy"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    assert load(src).commit == head  # tracked there: that repository's commit

@@ -103,17 +103,25 @@ def _stepped_aside() -> Iterator[dict[str, ModuleType]]:
         sys.modules.update(own)
 
 
+def _git(src: Path, *args: str) -> str:
+    """``git args`` run in ``src``: its stdout stripped, "" where git fails or is missing."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=src, capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
 def _commit(src: Path) -> str | None:
-    """The reference's commit: ``git rev-parse`` in ``src``, else $FLASHREPRO_REFERENCE_COMMIT
-    (a copy outside git, as $FLASHREPRO_GIT_COMMIT names the running one's), else None."""
+    """The reference's commit: ``git rev-parse`` in ``src`` where git tracks its
+    ``flashrepro/__init__.py`` (an untracked copy inside some other work tree is not at that
+    tree's HEAD), else $FLASHREPRO_REFERENCE_COMMIT (a copy outside git, as
+    $FLASHREPRO_GIT_COMMIT names the running one's), else None."""
     import os
 
-    try:
-        proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=src,
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        proc = None
-    sha = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+    tracked = _git(src, "ls-files", "--", f"{PACKAGE}/__init__.py")
+    sha = _git(src, "rev-parse", "--short", "HEAD") if tracked else ""
     return sha or os.environ.get("FLASHREPRO_REFERENCE_COMMIT") or None
 
 
