@@ -490,3 +490,36 @@ def test_merge_joins_runs_of_one_setup_and_refuses_others(tmp_path: Path) -> Non
         M.merge([eager, slower])
     with pytest.raises(ValueError, match="at least two"):
         M.merge([eager])
+
+
+@pytest.mark.parametrize("breakage", ["no rows", "row without mode", "env not a dict",
+                                      "not JSON", "a list", "unknown mode"])
+def test_merge_of_a_malformed_file_names_it(tmp_path: Path, breakage: str,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """``model --merge``: a file lacking a key, or not model JSON at all, exits 2 with a
+    message naming that file, never a KeyError traceback."""
+    import json
+
+    from flashrepro.cli import main
+
+    good, bad = _part("eager", ("frepro",), "d1"), _part("compile", ("frepro",), "d2")
+    text = None
+    if breakage == "no rows":
+        del bad["rows"]
+    elif breakage == "row without mode":
+        del bad["rows"][0]["mode"]
+    elif breakage == "env not a dict":
+        bad["env"] = None
+    elif breakage == "unknown mode":
+        bad["rows"][0]["mode"] = "graph"
+    elif breakage == "not JSON":
+        text = "{not json"
+    else:
+        text = "[]"
+    paths = [tmp_path / "eager.json", tmp_path / "broken.json"]
+    paths[0].write_text(json.dumps(good))
+    paths[1].write_text(text if text is not None else json.dumps(bad))
+    code = main(["model", "--merge", *map(str, paths), "--out", str(tmp_path / "out")])
+    assert code == 2
+    assert str(paths[1]) in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()

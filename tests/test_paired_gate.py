@@ -151,3 +151,28 @@ def test_a_reference_that_did_not_load_is_said_and_the_baseline_judges(baseline_
     verdict = check(res, baseline_dir)
     assert verdict.exit_code == ExitCode.REGRESSION and not verdict.paired
     assert any("did not load" in w and "newdep" in w for w in verdict.warnings)
+
+
+@pytest.mark.parametrize("rounds", [20, ROUNDS])
+def test_a_slowdown_of_exactly_the_threshold_in_every_round_is_not_flagged(rounds: int) -> None:
+    """``cur = ref * 1.02`` in every round: the slowdown is the threshold, which the rule
+    tolerates; float rounding of ``cur / ref`` (1.0200000000000000178) must not tip it over.
+    A slowdown just above it (+1e-6 relative) still is flagged."""
+    ref = np.random.default_rng(11).uniform(20.0, 30.0, rounds)
+    at = compare_paired((ref * 1.02).tolist(), ref.tolist(), record="flashrepro")
+    assert not at.slower, at
+    above = compare_paired((ref * 1.02 * (1 + 1e-6)).tolist(), ref.tolist(), record="flashrepro")
+    assert above.slower, above
+
+
+def test_update_baseline_with_twins_shows_the_previous_baseline(tmp_path: Path) -> None:
+    """A second --update-baseline of a paired run: its records are compared with the previous
+    baseline (``against_baseline``), so the summary must not call it the history's first entry."""
+    rng = np.random.default_rng(12)
+    first = update_baseline(_results(_rounds(rng)), tmp_path)
+    assert "the first entry of its history" in first.markdown
+    second = update_baseline(_results(_rounds(rng)), tmp_path)
+    assert [c.record for c in second.against_baseline] == ["flashrepro"]
+    assert "the first entry of its history" not in second.markdown
+    assert "comparison with the previous baseline" in second.markdown
+    assert "| flashrepro | ratio to torch-flash |" in second.markdown

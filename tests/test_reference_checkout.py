@@ -96,3 +96,58 @@ def test_bad_reference_folders_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ImportError, match="does not import"):
         load(broken.parent)
     assert sys.modules["flashrepro"] is flashrepro
+
+
+@pytest.mark.parametrize("tail", ["def broken(:\n", "raise RuntimeError('half imported')\n"])
+def test_a_reference_failing_halfway_is_an_import_error(tmp_path: Path, tail: str) -> None:
+    """A reference whose launch.py has a syntax error or raises on import: ImportError (the CLI's
+    exit 2 and one line, not a traceback), the running package and sys.path as before."""
+    src = tmp_path / "src"
+    shutil.copytree(SRC / "flashrepro", src / "flashrepro",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    launch = src / "flashrepro" / "launch.py"
+    launch.write_text(launch.read_text() + tail)
+    before = {k: m for k, m in sys.modules.items() if k.startswith("flashrepro")}
+    path = list(sys.path)
+    with pytest.raises(ImportError, match="does not import"):
+        load(src)
+    assert sys.path == path
+    assert {k: m for k, m in sys.modules.items() if k.startswith("flashrepro")} == before
+
+
+def test_the_cli_refuses_a_missing_reference_without_a_gpu(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--reference-src`` naming no checkout fails with exit 2 and its message on every host,
+    not only where a GPU makes the run time anything."""
+    from flashrepro.cli import main
+
+    code = main(["reproduce", "--no-sass", "--reference-src", str(tmp_path / "nothing")])
+    assert code == 2
+    assert "--reference-src must be the src folder" in capsys.readouterr().err
+
+
+def test_a_copy_inside_another_repository_does_not_take_its_commit(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reference copied (untracked) into some git work tree, the running one say: that
+    tree's HEAD is not the reference's commit; $FLASHREPRO_REFERENCE_COMMIT or None is."""
+    import subprocess
+
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    (repo / "README").write_text("x\n")
+    subprocess.run([*git, "add", "README"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    src = repo / "copy" / "src"
+    shutil.copytree(SRC / "flashrepro", src / "flashrepro",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.delenv("FLASHREPRO_REFERENCE_COMMIT", raising=False)
+    assert load(src).commit is None
+    monkeypatch.setenv("FLASHREPRO_REFERENCE_COMMIT", "feed123")
+    assert load(src).commit == "feed123"
+    subprocess.run([*git, "add", "copy"], check=True)
+    subprocess.run([*git, "commit", "-qm", "copy"], check=True)
+    head = subprocess.run([*git, "rev-parse", "--short", "HEAD"], check=True,
+                          capture_output=True, text=True).stdout.strip()
+    assert load(src).commit == head  # tracked there: that repository's commit

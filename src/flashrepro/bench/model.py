@@ -711,39 +711,73 @@ MERGE_SAME = ("gpu", "torch", "triton", "transformers")
 """Environment fields that runs must share to be merged into one table."""
 
 
-def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
+MERGE_KEYS = {"env": dict, "model": dict, "method": dict, "rows": list, "errors": dict,
+              "skipped": dict}
+"""Top-level keys of a ``model.json`` that :func:`merge` reads, with their JSON types."""
+ROW_KEYS = ("mode", "batch", "seqlen", "impl")
+
+
+def _check_part(part: Any, name: str) -> None:
+    """Raise ValueError naming ``name`` where ``part`` is not a model results dict that
+    :func:`merge` can read (schema, kind, :data:`MERGE_KEYS`, a GPU, rows of known modes)."""
+    if not isinstance(part, dict) or part.get("schema") != SCHEMA or part.get("kind") != "model":
+        got = ((part.get("schema"), part.get("kind")) if isinstance(part, dict)
+               else type(part).__name__)
+        raise ValueError(f"--merge: {name} is not a model results JSON (schema {SCHEMA!r}, "
+                         f"kind 'model'; got {got!r})")
+    for key, kind in MERGE_KEYS.items():
+        if not isinstance(part.get(key), kind):
+            raise ValueError(f"--merge: {name} has no {key!r} {kind.__name__}")
+    if not isinstance(part["env"].get("gpu"), dict) or not part["env"]["gpu"].get("key"):
+        raise ValueError(f"--merge: {name} has no env.gpu with a 'key' (a run without a GPU)")
+    for n, r in enumerate(part["rows"]):
+        if not isinstance(r, dict) or any(k not in r for k in ROW_KEYS):
+            raise ValueError(f"--merge: {name} row {n} lacks one of {list(ROW_KEYS)}")
+        if r["mode"] not in MODES:
+            raise ValueError(f"--merge: {name} row {n} has mode {r['mode']!r}, not one of "
+                             f"{list(MODES)}")
+
+
+def merge(parts: list[dict[str, Any]], names: list[str] | None = None) -> dict[str, Any]:
     """Join the rows of several ``model.json`` results of one machine and setup (e.g. the
     eager and the compiled rows, measured in separate runs to fit a time limit) into one.
 
+    Args:
+        parts: the parsed ``model.json`` files.
+        names: what the messages call each part (its path); default ``file <i>``.
+
     Raises:
-        ValueError: not model results, fewer than two, another GPU, software, model config or
-            timing method, or a (mode, B, L, implementation) row in two of them.
+        ValueError: not model results (a key of :data:`MERGE_KEYS` or of a row missing, an
+            unknown mode), fewer than two, another GPU, software, model config or timing
+            method, or a (mode, B, L, implementation) row in two of them; each names its file.
     """
     if len(parts) < 2:
         raise ValueError("--merge needs at least two model.json files")
+    if names is not None and len(names) != len(parts):
+        raise ValueError(f"merge: {len(names)} names for {len(parts)} parts")
+    label = names or [f"file {i}" for i in range(len(parts))]
+    for i, part in enumerate(parts):
+        _check_part(part, label[i])
     first = parts[0]
     for i, part in enumerate(parts):
-        if part.get("schema") != SCHEMA or part.get("kind") != "model":
-            raise ValueError(f"--merge: file {i} is not a model results JSON (schema "
-                             f"{part.get('schema')!r}, kind {part.get('kind')!r})")
         for key in MERGE_SAME:
             a = (first["env"].get(key) or {}) if key == "gpu" else first["env"].get(key)
             b = (part["env"].get(key) or {}) if key == "gpu" else part["env"].get(key)
             if key == "gpu":
                 a, b = a.get("name"), b.get("name")
             if a != b:
-                raise ValueError(f"--merge: file {i} has {key} {b!r}, file 0 {a!r}")
+                raise ValueError(f"--merge: {label[i]} has {key} {b!r}, {label[0]} {a!r}")
         if part["model"] != first["model"]:
-            raise ValueError(f"--merge: file {i} has another model config")
+            raise ValueError(f"--merge: {label[i]} has another model config than {label[0]}")
         if part["method"] != first["method"]:
-            raise ValueError(f"--merge: file {i} has another timing method")
+            raise ValueError(f"--merge: {label[i]} has another timing method than {label[0]}")
     rows: list[dict[str, Any]] = []
     seen: set[tuple[Any, ...]] = set()
     for i, part in enumerate(parts):
         for r in part["rows"]:
             key = (r["mode"], r["batch"], r["seqlen"], r["impl"])
             if key in seen:
-                raise ValueError(f"--merge: row {key} is in more than one file (file {i})")
+                raise ValueError(f"--merge: row {key} is in more than one file ({label[i]})")
             seen.add(key)
             rows.append(r)
     order = {m: i for i, m in enumerate(MODES)}
@@ -759,8 +793,14 @@ def merge(parts: list[dict[str, Any]]) -> dict[str, Any]:
 def run(args: argparse.Namespace) -> int:
     if args.merge:
         try:
-            merged = merge([json.loads(Path(p).read_text()) for p in args.merge])
-        except (OSError, ValueError) as exc:
+            parts = []
+            for p in args.merge:
+                try:
+                    parts.append(json.loads(Path(p).read_text()))
+                except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+                    raise ValueError(f"--merge: {p}: {exc}") from exc
+            merged = merge(parts, names=[str(p) for p in args.merge])
+        except ValueError as exc:
             print(f"model: {exc}")
             return 2
         out_dir = results_dir(args.out, merged["env"]["gpu"]["key"])

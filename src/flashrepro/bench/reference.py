@@ -103,17 +103,25 @@ def _stepped_aside() -> Iterator[dict[str, ModuleType]]:
         sys.modules.update(own)
 
 
+def _git(src: Path, *args: str) -> str:
+    """``git args`` run in ``src``: its stdout stripped, "" where git fails or is missing."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=src, capture_output=True, text=True,
+                              timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return proc.stdout.strip() if proc.returncode == 0 else ""
+
+
 def _commit(src: Path) -> str | None:
-    """The reference's commit: ``git rev-parse`` in ``src``, else $FLASHREPRO_REFERENCE_COMMIT
-    (a copy outside git, as $FLASHREPRO_GIT_COMMIT names the running one's), else None."""
+    """The reference's commit: ``git rev-parse`` in ``src`` where git tracks its
+    ``flashrepro/__init__.py`` (an untracked copy inside some other work tree is not at that
+    tree's HEAD), else $FLASHREPRO_REFERENCE_COMMIT (a copy outside git, as
+    $FLASHREPRO_GIT_COMMIT names the running one's), else None."""
     import os
 
-    try:
-        proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=src,
-                              capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        proc = None
-    sha = proc.stdout.strip() if proc is not None and proc.returncode == 0 else ""
+    tracked = _git(src, "ls-files", "--", f"{PACKAGE}/__init__.py")
+    sha = _git(src, "rev-parse", "--short", "HEAD") if tracked else ""
     return sha or os.environ.get("FLASHREPRO_REFERENCE_COMMIT") or None
 
 
@@ -130,7 +138,8 @@ def load(src: Path | str) -> Reference:
 
     Raises:
         ValueError: ``src`` holds no flashrepro package, or is the running package's own
-            folder; ImportError: the reference does not import (its message is kept), or a
+            folder; ImportError: the reference does not import, whatever it raised (a
+            SyntaxError, a module raising halfway: its type and message are kept), or a
             reference module resolved outside ``src``.
     """
     src = Path(src).resolve()
@@ -149,9 +158,9 @@ def load(src: Path | str) -> Reference:
         try:
             package = importlib.import_module(PACKAGE)
             importlib.import_module(f"{PACKAGE}.launch")  # the eager path, fully imported
-        except ImportError as exc:
-            raise ImportError(f"the reference flashrepro at {src} does not import: {exc}"
-                              ) from exc
+        except Exception as exc:  # a SyntaxError or a module raising halfway, too
+            raise ImportError(f"the reference flashrepro at {src} does not import: "
+                              f"{type(exc).__name__}: {exc}") from exc
         finally:
             sys.path.remove(str(src))
             importlib.invalidate_caches()

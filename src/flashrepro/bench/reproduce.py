@@ -210,10 +210,13 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
                          "`python -m flashrepro reproduce`, which passes the gate's)")
     problem, published = load_article()
     reference, reference_error = None, None
-    if args.reference_src is not None and torch.cuda.is_available():
+    if args.reference_src is not None:  # checked on every host: bad input is never ignored
         try:
             reference = load_reference(args.reference_src)
-        except (ValueError, ImportError) as exc:
+        except ValueError as exc:  # not a flashrepro checkout's src folder: the caller's error
+            print(f"reproduce: --reference-src: {exc}", file=sys.stderr)
+            return 2
+        except ImportError as exc:
             # The run goes on unpaired (the gate then judges every record against the committed
             # baseline and says why): a base commit that does not import here, e.g. one needing
             # other dependencies, must not stop the check of the head.

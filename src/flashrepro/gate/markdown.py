@@ -129,7 +129,7 @@ def render(v: Verdict) -> str:
         lines += _no_baseline(v)
     elif v.status == "env-mismatch":
         lines += _mismatch(v)
-    elif v.status == "baseline-updated" and not v.comparisons:
+    elif v.status == "baseline-updated" and not v.comparisons and not v.against_baseline:
         lines += ["This run is now the baseline, the first entry of its history. Commit "
                   f"`{v.shown_baseline}`."]
     else:

@@ -39,6 +39,9 @@ DEFAULT_CONFIDENCE = 0.95
 DEFAULT_RESAMPLES = 2000
 SEED = 0
 MIN_SAMPLES = 5
+RATIO_ROUNDING = 1e-12
+"""Log-ratios this close to ``log(1 + threshold)`` count as at the threshold (float rounding
+of ``current / reference``, some 1e-16; µs timings carry no digit near 1e-12)."""
 """Fewer rounds than this cannot give a meaningful test; the gate refuses them."""
 
 
@@ -159,8 +162,8 @@ def compare_paired(current: Sequence[float], reference: Sequence[float], *, reco
        (:func:`scipy.stats.bootstrap`, percentile method, rounds resampled) is above
        ``threshold``; and
     2. a one-sided Wilcoxon signed-rank test (:func:`scipy.stats.wilcoxon`) of
-       ``log(ratio) - log(1 + threshold)`` (H1: located above 0) gives
-       ``p < (1 - confidence) / 2``.
+       ``log(ratio) - log(1 + threshold)`` (H1: located above 0; values within
+       :data:`RATIO_ROUNDING` of 0 are ties, dropped) gives ``p < (1 - confidence) / 2``.
 
     The null hypothesis and levels are :func:`compare`'s ("the slowdown is at most
     ``threshold``"), on paired samples: no stored baseline's offset enters.
@@ -196,6 +199,9 @@ def compare_paired(current: Sequence[float], reference: Sequence[float], *, reco
                              rng=np.random.default_rng(seed)).confidence_interval
         ci_low, ci_high = float(ci.low), float(ci.high)
     d = np.log(r) - np.log1p(threshold)
+    # A ratio equal to 1 + threshold up to float rounding (510 / 500 is 1.0200000000000000178)
+    # is at the threshold, which the null hypothesis allows: a tie, dropped by the test.
+    d[np.abs(d) <= RATIO_ROUNDING] = 0.0
     p_value = (float(stats.wilcoxon(d, alternative="greater").pvalue) if np.any(d != 0)
                else 1.0)
     slower = ci_low > threshold and p_value < (1.0 - confidence) / 2
