@@ -4,6 +4,7 @@
 ``nox -s sass``       SASS instruction counts vs the golden file (no GPU needed)
 ``nox -s reproduce``  the article run: timings vs torch (GPU) + SASS table; results JSON
 ``nox -s bench``      the L x D x causal sweep (GPU)
+``nox -s model``      Qwen3-0.6B-shaped prefill tokens/s, eager and compiled (GPU)
 ``nox -s profile``    Nsight Compute executed counts and memory metrics (GPU + ncu)
 ``nox -s gate``       a results JSON against its per-GPU baseline (``-- --results PATH``); the
                       file is only read, the verdict goes to ``--summary``/``--verdict-json``

@@ -20,7 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("flashrepro.bench.profile",
                 "Nsight Compute: memory ladder, executed counts (docs/article.md)"),
     "sass": ("flashrepro.analysis.sass", "SASS counts per arch vs model, article, golden"),
-    "gate": ("flashrepro.gate.command", "judge a results JSON against its per-GPU baseline"),
+    "gate": ("flashrepro.gate.command",
+             "judge a results JSON: by its reference twins, else its per-GPU baseline"),
     "readme": ("flashrepro.readme", "check or rewrite README.md's tables from the results JSON"),
 }
 

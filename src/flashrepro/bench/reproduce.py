@@ -179,8 +179,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip the DISABLE_MMA_V3=1 (mma.sync path) rows on sm_90")
     parser.add_argument("--no-sass", action="store_true", help="skip the SASS table")
     parser.add_argument("--gate", action="store_true",
-                        help="judge the run against reproduce/baselines/<gpu>/ (exit 0 pass, "
-                             "1 regression, 2 no baseline, 3 environment mismatch)")
+                        help="judge the run: rows with a --reference-src twin by their ratio "
+                             "to it, the others against reproduce/baselines/<gpu>/ (exit 0 "
+                             "pass, 1 regression, 2 no baseline, 3 environment mismatch; "
+                             "docs/gate.md)")
     parser.add_argument("--update-baseline", action="store_true",
                         help="make this run the baseline of its GPU (appends to its history)")
     parser.add_argument("--baseline-dir", type=Path, default=BASELINE_DIR,

@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--update-baseline", action="store_true",
                         help="make this run the baseline (history kept and appended); exit 0")
     parser.add_argument("--threshold", type=_fraction("--threshold", 0, 1, True), default=None,
-                        help="tolerated slowdown of the ratio to torch-flash, e.g. 0.02 = 2%% "
+                        help="tolerated slowdown of the ratio to torch-flash (to the reference "
+                             "twin for paired rows), e.g. 0.02 = 2%% "
                              "(default: the baseline's stored value, else 0.02)")
     parser.add_argument("--abs-threshold", type=_fraction("--abs-threshold", 0, 1, True),
                         default=None, help="warn when absolute µs are slower by more than this "
