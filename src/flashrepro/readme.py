@@ -101,12 +101,18 @@ def sass(results: dict[str, Any]) -> str:
 
 
 def setup(results: dict[str, Any]) -> str:
-    """One line: the GPU, driver, versions, date and commit of the run, and its gate verdict."""
+    """One line: the GPU, driver, versions, date and commit of the run, and its gate verdict
+    (with the reference commit it was paired with, "the same commit (A/A)" when it is the
+    run's own)."""
     env = results["env"]
     gpu = env.get("gpu") or {}
     gate = results.get("gate") or {}
     verdict = (f", gate {gate['status'].upper()} (exit {gate['exit_code']})"
                if "status" in gate else "")
+    ref = (results.get("reference") or {}).get("commit")
+    if verdict and ref:  # a reference of the run's own commit can only pass: say so
+        verdict += (" paired with the same commit (A/A)" if ref == env.get("git_commit")
+                    else f" paired with {ref}")
     fa4 = f", FA4 {env['flash_attn_4']}" if env.get("flash_attn_4") else ""
     return (f"GPU: one {gpu.get('name', '?')}, driver {gpu.get('driver', '?')}, torch "
             f"{env['torch']}, triton {env['triton']}{fa4}; {env['date'][:10]}, commit "

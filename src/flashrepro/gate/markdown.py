@@ -57,8 +57,11 @@ paired reference (:mod:`flashrepro.gate.stats`)."""
 
 
 def comparison_table(comparisons: list[Comparison], full: bool = True) -> str:
-    """A GitHub-markdown table of comparisons (with threshold and verdict when ``full``)."""
-    head = [*HEAD, "threshold", "verdict"] if full else HEAD
+    """A GitHub-markdown table of comparisons (with threshold and verdict when ``full``); for
+    paired comparisons alone the baseline column is the reference twin's."""
+    head = [*HEAD, "threshold", "verdict"] if full else list(HEAD)
+    if comparisons and all(c.metric == "paired" for c in comparisons):
+        head[2] = "reference median"
     return tabulate([_row(c, full) for c in comparisons], headers=head, tablefmt="github",
                     disable_numparse=True)
 
@@ -100,7 +103,7 @@ def _paired(v: Verdict) -> list[str]:
     ref = v.reference or {}
     return [f"**Paired with the reference** (commit `{(ref.get('commit') or 'unknown')[:12]}`, "
             f"`{ref.get('src', '?')}`: the same rows timed with its code in the same rounds; "
-            "baseline median = the reference's µs)", "", comparison_table(v.paired), ""]
+            "\"reference median\": the twin's µs)", "", comparison_table(v.paired), ""]
 
 
 def _opt_us(value: float | None) -> str:
