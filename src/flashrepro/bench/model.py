@@ -685,26 +685,35 @@ def method(args: argparse.Namespace) -> dict[str, Any]:
             "attention_classifier": [[lab, list(n)] for lab, n in ATTENTION_KERNELS]}
 
 
-def write_results(out_dir: Path, results: dict[str, Any]) -> None:
-    """``model.json``, ``model.md`` (table, backend mismatches, what was left out) and
-    ``model.png`` under ``out_dir`` from a results dict (what :func:`run` measures or
-    :func:`merge` joins)."""
-    rows, errors, skipped = results["rows"], results["errors"], results["skipped"]
+def results_caption(results: dict[str, Any]) -> str:
+    """:func:`caption` of a results dict, with the runs a merged one joins."""
     text = caption(results["env"], results["model"]["num_hidden_layers"])
     if results.get("merged_from"):
         text += " Rows from runs " + "; ".join(
             f"{m['modes']} at {m['date']} (commit {m.get('git_commit') or '?'})"
             for m in results["merged_from"]) + "."
-    (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    return text
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """``model.md``: caption, table, backend mismatches, what was left out."""
+    rows, errors, skipped = results["rows"], results["errors"], results["skipped"]
     notes = "".join(f"\n- {k}: {v}" for k, v in {**skipped, **errors}.items())
     mismatches = "".join(f"\n- **{n}**" for n in mismatch_notes(rows))
-    (out_dir / "model.md").write_text(
-        f"# Qwen3 prefill\n\n{text}\n\n{table(rows, 'github')}\n"
-        + (f"\n**Backend mismatch** (the row timed another attention kernel than its name "
-           f"says):{mismatches}\n" if mismatches else "")
-        + (f"\nLeft out:{notes}\n" if notes else ""))
-    if rows:
-        plot(rows, out_dir / "model.png", text)
+    return (f"# Qwen3 prefill\n\n{results_caption(results)}\n\n{table(rows, 'github')}\n"
+            + (f"\n**Backend mismatch** (the row timed another attention kernel than its name "
+               f"says):{mismatches}\n" if mismatches else "")
+            + (f"\nLeft out:{notes}\n" if notes else ""))
+
+
+def write_results(out_dir: Path, results: dict[str, Any]) -> None:
+    """``model.json``, ``model.md`` (:func:`markdown`) and ``model.png`` (:func:`plot`, needs
+    matplotlib: the ``plot`` extra) under ``out_dir`` from a results dict (what :func:`run`
+    measures or :func:`merge` joins)."""
+    (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
+    (out_dir / "model.md").write_text(markdown(results))
+    if results["rows"]:
+        plot(results["rows"], out_dir / "model.png", results_caption(results))
 
 
 MERGE_SAME = ("gpu", "torch", "triton", "transformers")
