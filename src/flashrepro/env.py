@@ -87,8 +87,24 @@ def _version(distribution: str) -> str | None:
         return None
 
 
+def cpu() -> dict[str, Any]:
+    """The host CPU: its model name (Linux ``/proc/cpuinfo``, else ``platform.processor()``)
+    and logical cores. Host µs per call depend on it as much as on the GPU (on two H200 hosts
+    torch SDPA's flash call took 36 and 64 µs of host time, lab/2026-12-01-host-path/)."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"model": model or platform.processor() or None, "logical_cores": os.cpu_count()}
+
+
 def capture() -> dict[str, Any]:
-    """Everything a result depends on besides the code: GPU, SMs, driver, CUDA, versions, date.
+    """Everything a result depends on besides the code: GPU, SMs, driver, CUDA, versions, the
+    host CPU (:func:`cpu`), date.
 
     Returns a JSON-ready dict. ``gpu`` is None on a machine without a CUDA GPU.
     """
@@ -102,6 +118,7 @@ def capture() -> dict[str, Any]:
         "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
         "image_digest": os.environ.get("FLASHREPRO_IMAGE_DIGEST"),
         "flash_attn_4": _version("flash-attn-4"),  # the fa4-cute peer (extra fa4), or None
+        "cpu": cpu(),
         "gpu": None,
     }
     if torch.cuda.is_available():
@@ -166,7 +183,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     env = capture()
     for key, value in env.items():
-        if key != "gpu":
+        if key == "cpu":
+            for sub, v in value.items():
+                print(f"{'cpu.' + sub:>14}: {v}")
+        elif key != "gpu":
             print(f"{key:>14}: {value}")
     print(f"{'tuned table':>14}: " + (
         str(TUNED_TABLE) if TUNED_TABLE.exists() else

@@ -114,6 +114,8 @@ def setup(results: dict[str, Any]) -> str:
         verdict += (" paired with the same commit (A/A)" if ref == env.get("git_commit")
                     else f" paired with {ref}")
     fa4 = f", FA4 {env['flash_attn_4']}" if env.get("flash_attn_4") else ""
+    host = (env.get("cpu") or {}).get("model")
+    fa4 += f", host CPU {host}" if host else ""  # host µs hold for this CPU
     return (f"GPU: one {gpu.get('name', '?')}, driver {gpu.get('driver', '?')}, torch "
             f"{env['torch']}, triton {env['triton']}{fa4}; {env['date'][:10]}, commit "
             f"{env.get('git_commit') or '?'}{verdict}.")
