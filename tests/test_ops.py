@@ -37,6 +37,21 @@ def test_opcheck(op, causal: bool, device: torch.device) -> None:
     torch.library.opcheck(op, (q, k, v, causal, 0.2, True, "bottom_right", "article"))
 
 
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_attention_bshd_writes_the_sequence_major_layout(causal: bool,
+                                                         device: torch.device) -> None:
+    """``attention_bshd``: opcheck (fake and real agree on its strides), its output's memory is
+    (B, Lq, H, D) (``transpose(1, 2)`` contiguous, no copy), every element right."""
+    q, k, v = _qkv(device)
+    torch.library.opcheck(ops.attention_bshd, (q, k, v, causal, None, True, "top_left", None))
+    for _ in range(2):  # the second call launches from the plan
+        q, k, v = _qkv(device)
+        torch.full((2, 48, 4, 32), float("nan"), dtype=q.dtype, device=device)  # poison
+        o = ops.attention_bshd(q, k, v, causal, None, True, "top_left", None)
+        assert o.shape == q.shape and o.transpose(1, 2).is_contiguous()
+        assert_parity(o, None, q, k, v, causal=causal)
+
+
 def test_fake_implementation_refuses_bad_input(device: torch.device) -> None:
     """The fake implementation runs the same checks, so tracing refuses what eager refuses."""
     q, k, v = _qkv(device)

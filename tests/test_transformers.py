@@ -200,17 +200,16 @@ def test_static_cache_offsets_are_refused() -> None:
 
 def test_integration_traces_fullgraph(monkeypatch: pytest.MonkeyPatch) -> None:
     """The integration's own code (mask function, checks, layout) has no graph break under
-    ``torch.compile(fullgraph=True)``. The kernel call is replaced by SDPA here (backend
-    "eager": dynamo only): whether ``flashrepro.attention`` itself traces is the torch op's
-    test."""
-    def stand_in(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                 scale: float | None, enable_gqa: bool, causal_alignment: str,
-                 out: torch.Tensor) -> torch.Tensor:
-        assert causal_alignment == "bottom_right" and q.shape[2] == k.shape[2]
-        return out.copy_(torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, is_causal=causal, scale=scale, enable_gqa=enable_gqa))
+    ``torch.compile(fullgraph=True)``. The traced kernel call is replaced by SDPA here (backend
+    "eager": dynamo only, a float32 model): the op itself is the next test's."""
+    def stand_in(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                 scale: float | None, enable_gqa: bool) -> torch.Tensor:
+        assert q.shape[2] == k.shape[2]
+        return torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, is_causal=causal, scale=scale, enable_gqa=enable_gqa
+        ).transpose(1, 2).contiguous()
 
-    monkeypatch.setattr(flashrepro, "attention", stand_in)
+    monkeypatch.setattr(fr_tf, "traced_attention", stand_in)
     torch._dynamo.reset()
     model = build(small_config(), fresh_seed(), torch.device("cpu"), fr_tf.NAME)
     ids = torch.randint(0, 512, (2, 24))
@@ -221,3 +220,34 @@ def test_integration_traces_fullgraph(monkeypatch: pytest.MonkeyPatch) -> None:
         model.set_attn_implementation("sdpa")
         want = model(ids, use_cache=False).logits
     torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def test_compiled_model_calls_the_sequence_major_op_and_copies_nothing(device: torch.device
+                                                                       ) -> None:
+    """Under torch.compile the integration calls ``flashrepro::attention_bshd``, whose output
+    is already (B, L, H, D): the graph holds that op once per layer and no ``copy_`` into an
+    output buffer (the eager path's ``out=`` would need one under tracing). Logits match the
+    eager frepro path on the same weights (fp16; on the CPU the kernel runs under Triton's
+    interpreter)."""
+    graphs: list[torch.fx.GraphModule] = []
+
+    def capture(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphModule:
+        graphs.append(gm)
+        return gm
+
+    torch._dynamo.reset()
+    seed = fresh_seed()
+    model = build(small_config(), seed, device, fr_tf.NAME).to(torch.float16)
+    ids = torch.randint(0, 512, (1, 32), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    compiled = torch.compile(lambda x: model(x, use_cache=False).logits, fullgraph=True,
+                             backend=capture)
+    with torch.inference_mode():
+        got = compiled(ids).float()
+        want = model(ids, use_cache=False).logits.float()
+    (graph,) = graphs
+    targets = [n.target for n in graph.graph.nodes]
+    assert targets.count(torch.ops.flashrepro.attention_bshd.default) == 2, f"seed {seed}"
+    assert "copy_" not in targets, f"seed {seed}: a copy into an output buffer is traced"
+    assert torch.isfinite(got).all()
+    torch.testing.assert_close(got, want, rtol=0, atol=2e-3, msg=f"seed {seed}")

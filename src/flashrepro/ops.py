@@ -8,6 +8,10 @@ launcher (as FlashAttention-3 registers ``flash_attn_3::_flash_attn_forward``):
 * ``torch.ops.flashrepro.attention(q, k, v, causal, scale, enable_gqa, causal_alignment,
   config) -> o``
 * ``torch.ops.flashrepro.attention_lse(...) -> (o, lse)``, the same with the log-sum-exp.
+* ``torch.ops.flashrepro.attention_bshd(...) -> o``: o (B, H, Lq, D) laid out in memory as
+  (B, Lq, H, D), so ``o.transpose(1, 2)`` is contiguous: the layout transformers' attention
+  functions return, written by the kernel itself (under tracing an ``out=`` buffer can only be
+  filled by a copy of the op's output; this op makes that copy unnecessary).
 
 :func:`flashrepro.attention` calls them by itself while it is being traced; eager calls go
 straight to :func:`flashrepro.launch.forward`, past the dispatcher. ``config`` is a
@@ -33,6 +37,7 @@ _ARGS = ("Tensor q, Tensor k, Tensor v, bool causal, float? scale, bool enable_g
 _LIB = torch.library.Library("flashrepro", "DEF")
 _LIB.define(f"attention({_ARGS}) -> Tensor")
 _LIB.define(f"attention_lse({_ARGS}) -> (Tensor, Tensor)")
+_LIB.define(f"attention_bshd({_ARGS}) -> Tensor")
 
 
 def _attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
@@ -57,6 +62,20 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     return _attention_lse(q, k, v, causal, scale, enable_gqa, causal_alignment, config)[0]
 
 
+def _attention_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                    scale: float | None, enable_gqa: bool, causal_alignment: str,
+                    config: str | None) -> torch.Tensor:
+    """o as :func:`_attention`'s, in a (B, Lq, H, D) buffer (returned as its (B, H, Lq, D)
+    transposed view): the kernel writes that layout through ``out=``, from a launch plan of
+    its own. Stores the LSE too, for :func:`_attention_lse`'s reason."""
+    b, h, lq, d = q.shape
+    out = torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
+    o, _ = forward(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
+                   causal_alignment=causal_alignment, return_lse=True,
+                   config=None if config is None else KernelConfig.parse(config), out=out)
+    return o
+
+
 def _fake_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
               scale: float | None, enable_gqa: bool, causal_alignment: str,
               config: str | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -74,12 +93,24 @@ def _fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     return _fake_lse(q, k, v, causal, scale, enable_gqa, causal_alignment, config)[0]
 
 
+def _fake_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+               scale: float | None, enable_gqa: bool, causal_alignment: str,
+               config: str | None) -> torch.Tensor:
+    _fake_lse(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
+    b, h, lq, d = q.shape
+    return q.new_empty((b, lq, h, d)).transpose(1, 2)
+
+
 _LIB.impl("attention", _attention, "CompositeExplicitAutograd")
+_LIB.impl("attention_bshd", _attention_bshd, "CompositeExplicitAutograd")
 _LIB.impl("attention_lse", _attention_lse, "CompositeExplicitAutograd")
 torch.library.register_fake("flashrepro::attention", _fake, lib=_LIB)
 torch.library.register_fake("flashrepro::attention_lse", _fake_lse, lib=_LIB)
+torch.library.register_fake("flashrepro::attention_bshd", _fake_bshd, lib=_LIB)
 
 attention = torch.ops.flashrepro.attention.default
 """``torch.ops.flashrepro.attention``: o = softmax(q·kᵀ·scale + mask)·v, (B, H, Lq, D)."""
 attention_lse = torch.ops.flashrepro.attention_lse.default
 """``torch.ops.flashrepro.attention_lse``: (o, lse)."""
+attention_bshd = torch.ops.flashrepro.attention_bshd.default
+"""``torch.ops.flashrepro.attention_bshd``: o (B, H, Lq, D) with (B, Lq, H, D) memory."""

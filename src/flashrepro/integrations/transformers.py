@@ -34,6 +34,7 @@ from transformers.masking_utils import (
 from transformers.utils.import_utils import is_tracing
 
 import flashrepro
+from flashrepro import ops
 
 NAME = "frepro"
 """The ``attn_implementation`` name this module registers. Not "flashrepro": transformers 5.17
@@ -159,14 +160,38 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         raise _refuse("output_attentions=True (the kernel never forms the attention weights)")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = query.shape[2] > 1 and bool(causal)
+    enable_gqa = key.shape[1] != query.shape[1]
+    if is_tracing(query):
+        return traced_attention(query, key, value, causal, scaling, enable_gqa), None
     b, h, lq, d = query.shape
     # The kernel writes any strides: straight into the (B, L, H, D) layout transformers wants,
     # with no transpose copy afterwards (SDPA's flash and cuDNN outputs are that layout too).
     out = torch.empty((b, lq, h, d), dtype=query.dtype, device=query.device)
     flashrepro.attention(query, key, value, causal=causal, scale=scaling,
-                         enable_gqa=key.shape[1] != query.shape[1],
-                         causal_alignment="bottom_right", out=out.transpose(1, 2))
+                         enable_gqa=enable_gqa, causal_alignment="bottom_right",
+                         out=out.transpose(1, 2))
     return out, None
+
+
+def traced_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool,
+                     scale: float | None, enable_gqa: bool) -> torch.Tensor:
+    """:func:`attention_forward`'s call under ``torch.compile`` / ``torch.export``: the operator
+    ``torch.ops.flashrepro.attention_bshd``, whose output is born in the (B, L, H, D) layout.
+    Through ``flashrepro.attention(..., out=buffer)`` the traced graph would fill the buffer
+    with a copy of the op's output (functional ops cannot write into an argument), one read and
+    write of B·L·H·D elements per layer that eager calls do not make.
+
+    Returns:
+        (B, L_q, H, D), contiguous, query's dtype.
+
+    Raises:
+        ValueError, TypeError: :func:`flashrepro.attention`'s, from the op's fake (tracing) or
+            its checks (the compiled graph's run).
+    """
+    if scale is not None:
+        scale = float(scale)
+    return ops.attention_bshd(query, key, value, causal, scale, enable_gqa, "bottom_right",
+                              None).transpose(1, 2)
 
 
 def register() -> None:
