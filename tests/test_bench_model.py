@@ -214,7 +214,7 @@ def _aten_capture() -> tuple[object, list[set[str]]]:
 CPU_BACKENDS = {"sdpa-cudnn": "MATH", "sdpa-flash": "FLASH_ATTENTION"}
 CPU_OPS = {"sdpa-cudnn": {"aten._safe_softmax.default"},
            "sdpa-flash": {"aten._scaled_dot_product_flash_attention_for_cpu.default"},
-           "frepro": {"flashrepro.attention.default"}}
+           "frepro": {"flashrepro.attention_bshd.default"}}
 
 
 def test_regional_compile_one_graph_per_implementation_backend_baked_in(
