@@ -35,7 +35,13 @@ from flashrepro.direct import DirectLaunch
 from flashrepro.kernels import LOG2_E, fwd_gluon, fwd_gluon_ws
 from flashrepro.kernels.call import IO_ARGS, KernelCall, io_templates, rebind_io
 from flashrepro.kernels.fwd import attn_fwd_kernel
-from flashrepro.validation import _check_flag, check_out, interpreter_mode, validate
+from flashrepro.validation import (
+    _check_flag,
+    byte_span,
+    check_out,
+    interpreter_mode,
+    validate,
+)
 
 INT32_LIMIT = 2**31  # Triton passes an int argument below this as int32, else as int64
 MAX_PLANS = 1024
@@ -218,12 +224,6 @@ def plan_count() -> int:
     return len(_PLANS)
 
 
-def _span(t: torch.Tensor) -> int:
-    """Bytes from ``t``'s first element to one past its last (strides >= 0, numel > 0)."""
-    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride(), strict=True)) + 1
-            ) * t.element_size()
-
-
 def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
                causal_alignment: Any, return_lse: Any, config: Any) -> tuple[Any, ...] | None:
     """The plan-cache key of a call, or None where the call must take the full path: inputs
@@ -276,7 +276,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()
         if out is not None:
-            plan = replace(plan, spans=(_span(q), _span(k), _span(v), _span(out)))
+            plan = replace(plan, spans=(byte_span(q), byte_span(k), byte_span(v),
+                                        byte_span(out)))
         _PLANS[key] = plan
     return o, lse
 

@@ -40,26 +40,35 @@ _LIB.define(f"attention_lse({_ARGS}) -> (Tensor, Tensor)")
 _LIB.define(f"attention_bshd({_ARGS}) -> Tensor")
 
 
+def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+             scale: float | None, enable_gqa: bool, causal_alignment: str,
+             config: str | None, out: torch.Tensor | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of :func:`flashrepro.launch.forward` with the op's arguments (``config`` a
+    label, a name or None), o written into ``out`` when given.
+
+    Every op stores the LSE: a launch plan made here then holds no buffer of its own, which a
+    CUDA-graph pool (``mode="reduce-overhead"``) would count as a leaked allocation."""
+    o, lse = forward(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
+                     causal_alignment=causal_alignment, return_lse=True,
+                     config=None if config is None else KernelConfig.parse(config), out=out)
+    assert lse is not None
+    return o, lse
+
+
 def _attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                    scale: float | None, enable_gqa: bool, causal_alignment: str,
                    config: str | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse): o (B, H, Lq, D) contiguous in q's dtype, lse (B, H, Lq) float32, the
     natural-log log-sum-exp of each row's scaled, masked scores. Arguments and errors are
-    :func:`flashrepro.attention`'s; ``config`` a label, a name or None.
-
-    Both ops store the LSE: a launch plan made here then holds no buffer of its own, which a
-    CUDA-graph pool (``mode="reduce-overhead"``) would count as a leaked allocation."""
-    o, lse = forward(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
-                     causal_alignment=causal_alignment, return_lse=True,
-                     config=None if config is None else KernelConfig.parse(config), out=None)
-    assert lse is not None
-    return o, lse
+    :func:`flashrepro.attention`'s; ``config`` a label, a name or None."""
+    return _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                scale: float | None, enable_gqa: bool, causal_alignment: str,
                config: str | None) -> torch.Tensor:
-    return _attention_lse(q, k, v, causal, scale, enable_gqa, causal_alignment, config)[0]
+    return _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config)[0]
 
 
 def _attention_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
@@ -67,22 +76,27 @@ def _attention_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     config: str | None) -> torch.Tensor:
     """o as :func:`_attention`'s, in a (B, Lq, H, D) buffer (returned as its (B, H, Lq, D)
     transposed view): the kernel writes that layout through ``out=``, from a launch plan of
-    its own. Stores the LSE too, for :func:`_attention_lse`'s reason."""
+    its own."""
     b, h, lq, d = q.shape
     out = torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
-    o, _ = forward(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
-                   causal_alignment=causal_alignment, return_lse=True,
-                   config=None if config is None else KernelConfig.parse(config), out=out)
-    return o
+    return _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, out)[0]
+
+
+def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+           scale: float | None, enable_gqa: bool, causal_alignment: str,
+           config: str | None) -> None:
+    """The fakes' checks: the eager path's (:func:`flashrepro.validation.validate`, the
+    config label), so tracing refuses what eager refuses."""
+    validate(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
+             causal_alignment=causal_alignment)
+    if config is not None:
+        KernelConfig.parse(config)
 
 
 def _fake_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
               scale: float | None, enable_gqa: bool, causal_alignment: str,
               config: str | None) -> tuple[torch.Tensor, torch.Tensor]:
-    validate(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
-             causal_alignment=causal_alignment)
-    if config is not None:
-        KernelConfig.parse(config)
+    _check(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
     b, h, lq, _ = q.shape
     return q.new_empty(q.shape), q.new_empty((b, h, lq), dtype=torch.float32)
 
@@ -90,13 +104,14 @@ def _fake_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 def _fake(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
           scale: float | None, enable_gqa: bool, causal_alignment: str,
           config: str | None) -> torch.Tensor:
-    return _fake_lse(q, k, v, causal, scale, enable_gqa, causal_alignment, config)[0]
+    _check(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
+    return q.new_empty(q.shape)
 
 
 def _fake_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                scale: float | None, enable_gqa: bool, causal_alignment: str,
                config: str | None) -> torch.Tensor:
-    _fake_lse(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
+    _check(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
     b, h, lq, d = q.shape
     return q.new_empty((b, lq, h, d)).transpose(1, 2)
 

@@ -235,6 +235,12 @@ def check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch.
     return out
 
 
+def byte_span(t: torch.Tensor) -> int:
+    """Bytes from ``t``'s first element to one past its last (``t`` not empty)."""
+    last = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True))
+    return (last + 1) * t.element_size()
+
+
 def _byte_ranges_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
     """Whether a and b may share an element (the check of ``out`` against q, k and v).
 
@@ -246,10 +252,8 @@ def _byte_ranges_meet(a: torch.Tensor, b: torch.Tensor) -> bool:
     """
     if a.numel() == 0 or b.numel() == 0 or a.device != b.device:
         return False
-    def span(t: torch.Tensor) -> tuple[int, int]:
-        last = sum((n - 1) * abs(s) for n, s in zip(t.shape, t.stride(), strict=True))
-        return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
-    (a0, a1), (b0, b1) = span(a), span(b)
+    a0, b0 = a.data_ptr(), b.data_ptr()
+    a1, b1 = a0 + byte_span(a), b0 + byte_span(b)
     if not (a0 < b1 and b0 < a1):
         return False
     size = a.element_size()
