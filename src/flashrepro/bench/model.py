@@ -716,8 +716,10 @@ def write_results(out_dir: Path, results: dict[str, Any]) -> None:
         plot(results["rows"], out_dir / "model.png", results_caption(results))
 
 
-MERGE_SAME = ("gpu", "torch", "triton", "transformers")
-"""Environment fields that runs must share to be merged into one table."""
+def _setup(env_block: dict[str, Any]) -> dict[str, Any]:
+    """What runs must share to be merged into one table: the GPU model and the software."""
+    return {"gpu": (env_block.get("gpu") or {}).get("name"),
+            **{k: env_block.get(k) for k in ("torch", "triton", "transformers")}}
 
 
 MERGE_KEYS = {"env": dict, "model": dict, "method": dict, "rows": list, "errors": dict,
@@ -769,13 +771,11 @@ def merge(parts: list[dict[str, Any]], names: list[str] | None = None) -> dict[s
         _check_part(part, label[i])
     first = parts[0]
     for i, part in enumerate(parts):
-        for key in MERGE_SAME:
-            a = (first["env"].get(key) or {}) if key == "gpu" else first["env"].get(key)
-            b = (part["env"].get(key) or {}) if key == "gpu" else part["env"].get(key)
-            if key == "gpu":
-                a, b = a.get("name"), b.get("name")
-            if a != b:
-                raise ValueError(f"--merge: {label[i]} has {key} {b!r}, {label[0]} {a!r}")
+        want, got = _setup(first["env"]), _setup(part["env"])
+        key = next((k for k in want if got[k] != want[k]), None)
+        if key is not None:
+            raise ValueError(f"--merge: {label[i]} has {key} {got[key]!r}, {label[0]} "
+                             f"{want[key]!r}")
         if part["model"] != first["model"]:
             raise ValueError(f"--merge: {label[i]} has another model config than {label[0]}")
         if part["method"] != first["method"]:

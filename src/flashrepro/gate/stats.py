@@ -100,6 +100,13 @@ def _checked(values: Sequence[float], name: str) -> np.ndarray:
     return a
 
 
+def _check_settings(threshold: float, confidence: float) -> None:
+    if not 0 <= threshold < 1:
+        raise ValueError(f"threshold must be in [0, 1) (0.02 = 2 %), got {threshold}")
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
+
+
 def compare(current: Sequence[float], baseline: Sequence[float], *, record: str, metric: str,
             threshold: float = DEFAULT_THRESHOLD, confidence: float = DEFAULT_CONFIDENCE,
             n_resamples: int = DEFAULT_RESAMPLES, seed: int = SEED) -> Comparison:
@@ -124,10 +131,7 @@ def compare(current: Sequence[float], baseline: Sequence[float], *, record: str,
             outside [0, 1) or a confidence outside (0.5, 1).
     """
     c, b = _checked(current, "current"), _checked(baseline, "baseline")
-    if not 0 <= threshold < 1:
-        raise ValueError(f"threshold must be in [0, 1) (0.02 = 2 %), got {threshold}")
-    if not 0.5 < confidence < 1:
-        raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
+    _check_settings(threshold, confidence)
     change = float(_relative_median_change(c, b))
     if np.all(c == c[0]) and np.all(b == b[0]):
         ci_low = ci_high = change  # no spread at all: the bootstrap has nothing to resample
@@ -185,10 +189,7 @@ def compare_paired(current: Sequence[float], reference: Sequence[float], *, reco
     c, b = _checked(current, "current"), _checked(reference, "reference")
     if c.size != b.size:
         raise ValueError(f"paired samples need the same rounds, got {c.size} and {b.size}")
-    if not 0 <= threshold < 1:
-        raise ValueError(f"threshold must be in [0, 1) (0.02 = 2 %), got {threshold}")
-    if not 0.5 < confidence < 1:
-        raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
+    _check_settings(threshold, confidence)
     r = c / b
     change = float(_median_change(r))
     if np.all(r == r[0]):
