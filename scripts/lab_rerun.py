@@ -15,6 +15,10 @@ root with ``FLASHREPRO_LAB_SMOKE=1`` (``lab/probes/smoke.py``) and ``OUT=DIR/<fo
 ``--timeout-s`` each and ``--deadline-s`` in all; a folder whose ``Needs:`` names what this
 machine lacks (a GPU, ``ncu``) is reported as such, not run. Writes ``DIR/lab_rerun.json`` and
 ``DIR/lab_rerun.md`` and prints the table last. Exit 1 if any command that ran failed.
+``--jobs N`` runs N folders at once on the one machine, the longest smoke first (each
+``Needs:`` line's "smoke: about ..." estimate): it answers whether each command still runs, in
+a fraction of the serial time; the numbers such a run prints are not measurements (the folders
+share the GPU and the CPUs).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -266,8 +271,24 @@ def run_one(r: Rerun, out: Path, timeout_s: float, env: dict[str, str]) -> Resul
                   _last_error(text) if status != "passed" else "", steps)
 
 
-def run(reruns: list[Rerun], out: Path, timeout_s: float, deadline_s: float) -> list[Result]:
-    """:func:`run_one` for each folder in order, until ``deadline_s`` (the rest: "deadline")."""
+ESTIMATE_RE = re.compile(r"about (\d+(?:\.\d+)?) (s|min)\b")
+
+
+def smoke_estimate_s(needs: str) -> float:
+    """Seconds a folder's smoke run takes by its ``Needs:`` line: the "smoke: about N s|min"
+    figure, else the first "about N s|min", else 60."""
+    smoke = needs.split("smoke:", 1)[1] if "smoke:" in needs else needs
+    m = ESTIMATE_RE.search(smoke) or ESTIMATE_RE.search(needs)
+    if not m:
+        return 60.0
+    return float(m.group(1)) * (60 if m.group(2) == "min" else 1)
+
+
+def run(reruns: list[Rerun], out: Path, timeout_s: float, deadline_s: float,
+        jobs: int = 1) -> list[Result]:
+    """:func:`run_one` for each folder, ``jobs`` at a time (more than one: the longest smoke
+    estimate first), starting none after ``deadline_s`` (the rest: "deadline"); results in
+    the order of ``reruns``."""
     env = {**os.environ, "FLASHREPRO_LAB_SMOKE": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
     if "FLASHREPRO_GIT_COMMIT" not in env and shutil.which("git"):
@@ -275,23 +296,33 @@ def run(reruns: list[Rerun], out: Path, timeout_s: float, deadline_s: float) -> 
                               text=True)
         if head.returncode == 0:
             env["FLASHREPRO_GIT_COMMIT"] = head.stdout.strip()
-    start, results = time.monotonic(), []
+    start = time.monotonic()
+    results: dict[str, Result] = {}
+    todo = []
     for r in reruns:
         command = " && ".join(c.strip() for c in r.runnable)
         if not r.runnable:
-            results.append(Result(r.folder, "", "no command (see README)"))
-            continue
-        if lacking := missing_needs(r.needs):
-            results.append(Result(r.folder, command, lacking))
-            continue
+            results[r.folder] = Result(r.folder, "", "no command (see README)")
+        elif lacking := missing_needs(r.needs):
+            results[r.folder] = Result(r.folder, command, lacking)
+        else:
+            todo.append((r, command))
+    if jobs > 1:
+        todo.sort(key=lambda rc: -smoke_estimate_s(rc[0].needs))
+
+    def one(item: tuple[Rerun, str]) -> Result:
+        r, command = item
         left = deadline_s - (time.monotonic() - start)
         if left <= 1:
-            results.append(Result(r.folder, command, "deadline (not run)"))
-            continue
-        results.append(run_one(r, out / r.folder, min(timeout_s, left), env))
-        print(f"{results[-1].folder}: {results[-1].status} [{results[-1].seconds} s]",
-              flush=True)
-    return results
+            return Result(r.folder, command, "deadline (not run)")
+        result = run_one(r, out / r.folder, min(timeout_s, left), env)
+        print(f"{result.folder}: {result.status} [{result.seconds} s]", flush=True)
+        return result
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        for result in pool.map(one, todo):
+            results[result.folder] = result
+    return [results[r.folder] for r in reruns]
 
 
 def write(results: list[Result], out: Path) -> str:
@@ -322,6 +353,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=float, default=90.0, help="per folder (default 90)")
     p.add_argument("--deadline-s", type=float, default=1800.0,
                    help="start no folder after this many seconds (default 1800)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="--run: folders at once, the longest first (default 1; see above)")
     p.add_argument("--only", nargs="+", default=[], metavar="TEXT",
                    help="folders whose name contains one of these")
     p.add_argument("--skip", nargs="+", default=[], metavar="TEXT",
@@ -329,6 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     if a.run and a.out is None:
         p.error("--run needs --out DIR (each folder's outputs go under DIR/<folder>)")
+    if a.jobs < 1:
+        p.error(f"--jobs must be >= 1, got {a.jobs}")
     for name in ("timeout_s", "deadline_s"):
         if not getattr(a, name) > 0:
             p.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(a, name)}")
@@ -345,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"FAIL {folder}: {why}")
         print(f"lab_rerun --check: {len(reruns)} folders, {len(failures)} failures")
         return 1 if failures else 0
-    results = run(reruns, a.out, a.timeout_s, a.deadline_s)
+    results = run(reruns, a.out, a.timeout_s, a.deadline_s, a.jobs)
     print(write(results, a.out))
     return 1 if any(r.status in ("failed", "timeout") for r in results) else 0
 

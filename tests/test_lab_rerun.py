@@ -147,3 +147,26 @@ def test_smoke_pytest_keeps_the_first_tests_left_after_deselection(tmp_path: Pat
                           env=env, cwd=tmp_path, timeout=120, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "2 passed" in proc.stdout and "3 deselected" in proc.stdout, proc.stdout
+
+
+def test_smoke_estimate(lab_rerun) -> None:
+    est = lab_rerun.smoke_estimate_s
+    assert est("GPU; about 10 min (smoke: about 90 s).") == 90
+    assert est("GPU; about 8 min (smoke: about 2 min).") == 120
+    assert est("GPU; about 1 min (no smoke settings: 16 + 24 fixed cases).") == 60
+    assert est("CPU only; about 2 min on 16 cores (no smoke settings).") == 120
+    assert est("GPU.") == 60
+
+
+def test_jobs_run_longest_first_and_report_in_order(lab_rerun, tmp_path: Path) -> None:
+    """With --jobs 2 both folders run (the longer estimate starts first), each with its own
+    OUT, and the results come back in the folders' order."""
+    reruns = [lab_rerun.Rerun(name, [f'echo {name} > "$OUT/ran.txt"; sleep {s}'],
+                              f"CPU only; about 1 min (smoke: about {s} s)")
+              for name, s in (("short", 0.1), ("long", 0.5))]
+    results = lab_rerun.run(reruns, tmp_path, timeout_s=30, deadline_s=60, jobs=2)
+    assert [r.folder for r in results] == ["short", "long"]
+    assert all(r.status == "passed" for r in results), results
+    for name in ("short", "long"):
+        assert (tmp_path / name / "ran.txt").read_text().strip() == name
+    assert results[1].seconds >= 0.5

@@ -6,6 +6,7 @@ check; only the GPU timer is replaced by synthetic per-round times, since the CP
 
 from __future__ import annotations
 
+import statistics
 import sys
 import types
 
@@ -39,9 +40,12 @@ def cpu_measure(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[float]]:
         timed.update(out)
         return out
 
-    def fake_host(fn):
-        host.append((100.0 + len(host), 200.0 + len(host)))
-        return host[-1]
+    def fake_host(fns):
+        out = {}
+        for name in fns:
+            host.append((100.0 + len(host), 200.0 + len(host)))
+            out[name] = host[-1]
+        return out
 
     inputs = Problem.inputs
     monkeypatch.setattr(Problem, "inputs",
@@ -49,7 +53,7 @@ def cpu_measure(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[float]]:
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
     monkeypatch.setattr(R, "interleaved_rounds", fake_rounds)
     monkeypatch.setattr(R, "launch_arch", lambda: 80)
-    monkeypatch.setattr(R, "host_and_eager_us", fake_host)
+    monkeypatch.setattr(R, "host_and_eager_rounds", fake_host)
     timed["host"] = host  # type: ignore[assignment]
     return timed
 
@@ -223,3 +227,24 @@ def test_tune_table_has_the_peer_row_that_never_wins(
     _, rows = tune.best_config(PROBLEM, rounds=2, calls=1, pool=pool)
     peer = {r[0]: r for r in rows}["peer fa4-cute"]
     assert peer[1] == "n/a" and peer[2].startswith("skipped: flash_attn.cute")
+
+
+def test_host_cost_rounds_interleave_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``host_and_eager_rounds`` measures every kernel in each round, the order rotated round
+    by round, and reports the median of its own samples only."""
+    from flashrepro.bench import timing
+
+    order: list[str] = []
+    fns = {name: (lambda name=name: name) for name in "abc"}
+    base = {"a": 10.0, "b": 20.0, "c": 30.0}
+
+    def fake_host_times(fn, calls):
+        order.append(fn())
+        return [base[fn()] + i for i in range(calls)]
+
+    monkeypatch.setattr(timing, "host_times", fake_host_times)
+    monkeypatch.setattr(timing, "eager_us_per_call", lambda fn, calls: 2 * base[fn()] + len(order))
+    out = timing.host_and_eager_rounds(fns, calls=3, eager_calls=5, repeats=4)
+    assert order == list("abc" "bca" "cab" "abc")
+    assert out["a"][0] == 11.0 and out["c"][0] == 31.0  # median of 10, 11, 12 repeated
+    assert out["a"][1] == statistics.median([20 + 1, 20 + 6, 20 + 8, 20 + 10])

@@ -13,7 +13,12 @@ sdpa-cudnn and sdpa-flash (each its own copy of the same random bf16 weights, as
     (t_end - t_start) / forwards, and the host ms per forward (time until the last forward
     returned, before that synchronisation), ``--rounds`` interleaved rounds, median;
 (c) a cProfile of one forward per implementation, top 15 by cumulative time
-    (``cprofile-<impl>.txt``).
+    (``cprofile-<impl>.txt``);
+(d) inside frepro's attention call, after (a)-(c): host µs per call in ``flashrepro.attention``,
+    ``launch._signature`` (the plan key), ``LaunchPlan.launch`` and ``DirectLaunch.__call__``
+    (the C launcher and its argument cache), the same kind of wrappers, ``--rounds`` x
+    ``--forwards`` forwards; and what missed a cache in them: calls that took the full path
+    (``launch._forward_full``) and TMA descriptors encoded (``DirectLaunch.encodes``).
 
     PYTHONPATH=src python3 lab/2026-12-01-qwen3-prefill/host_probe.py --out $OUT/host_probe
 
@@ -85,6 +90,42 @@ def wrap_interfaces(names: list[str]) -> tuple[dict[str, Accumulator], dict[str,
     return attn, mask, restore
 
 
+def inner_timers() -> tuple[dict[str, Accumulator], Callable[[], None]]:
+    """Time the pieces of frepro's attention call (docstring, (d)); returns the accumulators
+    and a function that restores the originals."""
+    import flashrepro
+    from flashrepro import direct, launch
+
+    targets = [(flashrepro, "attention", "flashrepro.attention"),
+               (launch, "_signature", "launch._signature"),
+               (launch, "_forward_full", "launch._forward_full"),
+               (launch.LaunchPlan, "launch", "LaunchPlan.launch"),
+               (direct.DirectLaunch, "__call__", "DirectLaunch.__call__")]
+    accs: dict[str, Accumulator] = {}
+    originals = []
+    for owner, attr, label in targets:
+        original = getattr(owner, attr)
+        acc = accs[label] = Accumulator(original)
+
+        def wrapper(*args: Any, _acc: Accumulator = acc, **kwargs: Any) -> Any:
+            return _acc(*args, **kwargs)
+        originals.append((owner, attr, original))
+        setattr(owner, attr, wrapper)
+
+    def restore() -> None:
+        for owner, attr, original in originals:
+            setattr(owner, attr, original)
+
+    return accs, restore
+
+
+def descriptor_encodes() -> int:
+    """TMA descriptors encoded so far by every cached plan's direct launch."""
+    from flashrepro import launch
+
+    return sum(p.direct.encodes for p in launch._PLANS.values() if p.direct is not None)
+
+
 def back_to_back(fn: Callable[[], object], forwards: int) -> tuple[float, float]:
     """(host ms, wall ms) per forward of ``forwards`` forwards queued back to back."""
     torch.cuda.synchronize()
@@ -149,6 +190,21 @@ def main(argv: list[str] | None = None) -> int:
                     mask_us[impl].append(mask[name].seconds * 1e6 / args.forwards)
                     attn_calls[impl] = attn[name].calls // args.forwards
             restore()
+            accs, restore_inner = inner_timers()
+            inner: dict[str, list[float]] = {label: [] for label in accs}
+            encodes_before, forwards_inner = descriptor_encodes(), 0
+            try:
+                for _ in range(args.rounds):
+                    for acc in accs.values():
+                        acc.reset()
+                    back_to_back(calls["frepro"], args.forwards)
+                    forwards_inner += args.forwards
+                    for label, acc in accs.items():
+                        inner[label].append(acc.seconds * 1e6 / max(acc.calls, 1))
+                full_calls = accs["launch._forward_full"].calls
+            finally:
+                restore_inner()
+            encodes = descriptor_encodes() - encodes_before
             for impl in IMPLS:
                 prof = cProfile.Profile()
                 prof.enable()
@@ -181,6 +237,11 @@ def main(argv: list[str] | None = None) -> int:
              f"{r['attention_ms_per_forward']:.2f}", f"{r['mask_us_per_forward']:.1f}",
              f"{r['wall_ms_minus_sdpa_flash']:+.2f}", f"{r['attention_ms_minus_sdpa_flash']:+.2f}"]
             for r in rows]
+    inner_rows = [{"piece": label, "us_per_call": med(v), "round_us": v}
+                  for label, v in inner.items() if label != "launch._forward_full"]
+    inner_calls = forwards_inner * attn_calls["frepro"]
+    misses = {"attention_calls": inner_calls, "full_path_calls_last_round": full_calls,
+              "descriptor_encodes": encodes}
     gpu = (environment.get("gpu") or {}).get("name", "?")
     caption = (f"{gpu}, torch {environment['torch']}, {environment['date']}; Qwen3-0.6B shape, "
                f"{args.layers} layers, B=1 L={args.seqlen}, eager, bf16; {args.rounds} rounds "
@@ -188,11 +249,21 @@ def main(argv: list[str] | None = None) -> int:
                "perf_counter wrappers on transformers' registered functions, no sync.")
     (args.out / "host_probe.json").write_text(json.dumps(
         {"env": environment, "args": {k: str(v) for k, v in vars(args).items()},
-         "rows": rows}, indent=1, default=str) + "\n")
+         "rows": rows, "inner": inner_rows, "inner_misses": misses}, indent=1,
+        default=str) + "\n")
+    inner_body = [[r["piece"], f"{r['us_per_call']:.1f}"] for r in inner_rows]
+    inner_caption = (f"Inside frepro's attention call (wrappers on each piece, {args.rounds} x "
+                     f"{args.forwards} forwards, medians): of {inner_calls} calls, "
+                     f"{full_calls} took the full path in the last round and {encodes} TMA "
+                     "descriptors were encoded.")
+    inner_table = tabulate(inner_body, ["piece", "host µs/call"], "github")
     (args.out / "host_probe.md").write_text(
-        f"# Short-prefill host cost\n\n{caption}\n\n{tabulate(body, headers, 'github')}\n")
+        f"# Short-prefill host cost\n\n{caption}\n\n{tabulate(body, headers, 'github')}\n\n"
+        f"{inner_caption}\n\n{inner_table}\n")
     print(caption)
     print(tabulate(body, headers, "simple"))
+    print(inner_caption)
+    print(tabulate(inner_body, ["piece", "host µs/call"], "simple"))
     return 0
 
 

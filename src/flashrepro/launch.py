@@ -137,8 +137,19 @@ def _on_device(device: torch.device) -> contextlib.AbstractContextManager:
     return torch.cuda.device(device) if device.type == "cuda" else contextlib.nullcontext()
 
 
-_NO_SWITCH = contextlib.nullcontext()
 _STRIDED = torch.strided
+_ENVIRON = getattr(os.environ, "_data", None)
+_MMA_V3_KEY = os.environ.encodekey("DISABLE_MMA_V3") if _ENVIRON is not None else None
+
+
+def _mma_v3_switch() -> object:
+    """The ``DISABLE_MMA_V3`` environment variable (Triton's switch from wgmma to mma.sync on
+    sm_90), read on every call: from os.environ's own dict where it has one (CPython's
+    ``_Environ``, which ``os.environ[...] =`` and pytest's ``monkeypatch.setenv`` update),
+    since ``os.environ.get`` costs about 1 µs, a tenth of a call from its plan."""
+    if _ENVIRON is None:  # pragma: no cover - another Python's os.environ
+        return os.environ.get("DISABLE_MMA_V3")
+    return _ENVIRON.get(_MMA_V3_KEY)
 
 
 @dataclass(frozen=True)
@@ -205,9 +216,12 @@ class LaunchPlan:
                 self.call.with_io(io).run()
         else:
             device = q.get_device()
-            with _on_device(q.device) if device != torch.cuda.current_device() else _NO_SWITCH:
-                self.direct(self.grid, torch._C._cuda_getCurrentRawStream(device),
-                            (q, k, v, o, lse))
+            stream = torch._C._cuda_getCurrentRawStream(device)
+            if device == torch._C._cuda_getDevice():
+                self.direct(self.grid, stream, (q, k, v, o, lse))
+            else:  # Triton's launcher runs on the current GPU
+                with torch.cuda.device(device):
+                    self.direct(self.grid, stream, (q, k, v, o, lse))
         return o, (None if self.lse_dummy is not None else lse)
 
 
@@ -248,7 +262,7 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
             v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
             k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale, scale.__class__,
-            enable_gqa, causal_alignment, return_lse, config, os.environ.get("DISABLE_MMA_V3"))
+            enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch())
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,

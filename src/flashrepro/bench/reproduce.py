@@ -40,7 +40,7 @@ from flashrepro.bench.timing import (
     SLEEP_CYCLES,
     Summary,
     busy_wait_us,
-    host_and_eager_us,
+    host_and_eager_rounds,
     interleaved_rounds,
 )
 from flashrepro.configs import MMA_V3_ARCHS, default_config, launch_arch
@@ -78,17 +78,18 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
             host_cost: bool = True) -> list[dict[str, Any]]:
     """Time ``names`` on ``problem`` in interleaved rounds; one record per kernel.
 
-    Returns records with per-round medians (µs), their summary, TFLOP/s of the median, the
-    ratio to ``torch-flash`` (median of per-round ratios), the max error vs float32,
-    ``host_us`` and ``eager_us`` (µs per call, :func:`flashrepro.bench.timing.host_and_eager_us`;
-    left out when not ``host_cost``) and ``causal`` (the mask of ``problem``); names get
-    ``suffix``. With a ``reference`` (:mod:`flashrepro.bench.reference`), every flashrepro row
-    of ``names`` (:data:`~flashrepro.bench.kernels.PAIRABLE`) also gets a twin record
-    ``reference:<name>``, the reference checkout's code on the same inputs, timed in the same
-    rounds (no host cost) and checked like the others; a row the reference cannot pair (its
-    KernelConfig has other fields) gets a ``skipped`` twin, and the gate judges it against the
-    baseline. Kernels that cannot run here (e.g. a torch backend unsupported on this GPU) get a
-    record with ``skipped`` set to the reason.
+    Returns records with per-round medians (µs), their summary, TFLOP/s of the median, the ratio
+    to ``torch-flash`` (median of per-round ratios), the max error vs float32, ``host_us`` and
+    ``eager_us`` (µs per call, the kernels interleaved:
+    :func:`flashrepro.bench.timing.host_and_eager_rounds`; left out when not ``host_cost``) and
+    ``causal`` (the mask of ``problem``); names get ``suffix``. With a ``reference``
+    (:mod:`flashrepro.bench.reference`), every flashrepro row of ``names``
+    (:data:`~flashrepro.bench.kernels.PAIRABLE`) also gets a twin record ``reference:<name>``,
+    the reference checkout's code on the same inputs, timed in the same rounds (no host cost)
+    and checked like the others; a row the reference cannot pair (its KernelConfig has other
+    fields) gets a ``skipped`` twin, and the gate judges it against the baseline. Kernels that
+    cannot run here (e.g. a torch backend unsupported on this GPU) get a record with ``skipped``
+    set to the reason.
     """
     inputs = problem.inputs()
     skipped = {n: r for n in names if (r := K.available(n, inputs, problem.causal))}
@@ -101,7 +102,7 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
             skipped[PREFIX + n] = f"no reference twin: {exc}"
     errors = check_outputs(problem, fns, inputs)
     per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=calls)
-    host = ({n: host_and_eager_us(fns[n]) for n in runnable} if host_cost else {})
+    host = host_and_eager_rounds({n: fns[n] for n in runnable}) if host_cost else {}
     peer = per_round.get("torch-flash")
     records = []
     twins = [PREFIX + n for n in runnable if PREFIX + n in fns or PREFIX + n in skipped]

@@ -18,12 +18,13 @@ Kernels are compared in interleaved rounds (:func:`interleaved_rounds`): every r
 kernel once in turn (the order rotates between rounds) so that clock or thermal drift affects all
 kernels alike; a round's value for a kernel is the median of its calls in that round.
 
-Host cost (:func:`host_and_eager_us`, issue 20): ``host`` is the CPU time to issue one call
+Host cost (:func:`host_and_eager_rounds`, issue 20): ``host`` is the CPU time to issue one call
 (``perf_counter_ns`` around the call alone) with a busy-wait queued before each call, so the GPU
 is always busy and the launch queue never blocks the host; ``eager`` is the wall time per call of
 ``calls`` calls back to back with no busy-wait and no flush, synchronised once at the end, as a
 user's eager program runs them: a device-bound call shows its kernel time (inputs hot in L2),
-a host-bound one its host time. Both are medians over ``repeats``.
+a host-bound one its host time. Both are medians over ``repeats`` rounds, the callables
+interleaved round by round as the kernels' timing rounds are.
 
 Method (``graph``): ``calls`` launches captured in one CUDA graph and replayed; per-call time is
 the replay time / calls. No L2 flush (inputs stay hot), no launch gaps; used to measure the
@@ -227,32 +228,57 @@ def eager_us_per_call(fn: Callable[[], object], calls: int) -> float:
 
 HOST_CALLS = 50
 EAGER_CALLS = 100
-HOST_REPEATS = 5
+HOST_REPEATS = 10
+
+
+def host_and_eager_rounds(fns: dict[str, Callable[[], object]], calls: int = HOST_CALLS,
+                          eager_calls: int = EAGER_CALLS, repeats: int = HOST_REPEATS
+                          ) -> dict[str, tuple[float, float]]:
+    """(host µs per call, eager µs per call) of each of ``fns``, measured in ``repeats``
+    interleaved rounds: round r takes, for each callable in the order of ``fns`` rotated by r,
+    :func:`host_times` of ``calls`` calls and one :func:`eager_us_per_call` of
+    ``eager_calls``. A slow phase of the host (its clock, another process on its cores) then
+    falls on every callable alike rather than on whichever was measured during it: measured
+    one after another (4d444c7, one H200 host), torch's rows of the causal problem read about
+    1.9x the host µs of the same rows of the non-causal problem timed next
+    (lab/2026-12-01-host-path/).
+
+    Returns ``{name: (median of the repeats x calls host times, median of the repeats' eager
+    µs)}``; both exclude compilation (:func:`host_times` warms up first).
+
+    Raises:
+        RuntimeError: when no CUDA device is available.
+    """
+    names = list(fns)
+    host: dict[str, list[float]] = {n: [] for n in names}
+    eager: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            host[name] += host_times(fns[name], calls)
+            fns[name]()  # warm after the host run's queue drained
+            eager[name].append(eager_us_per_call(fns[name], eager_calls))
+    return {n: (statistics.median(host[n]), statistics.median(eager[n])) for n in names}
 
 
 def host_and_eager_us(fn: Callable[[], object], calls: int = HOST_CALLS,
                       eager_calls: int = EAGER_CALLS, repeats: int = HOST_REPEATS
                       ) -> tuple[float, float]:
-    """(host µs per call, eager µs per call) of ``fn``: the median of :func:`host_times` over
-    ``repeats`` x ``calls`` calls, and the median over ``repeats`` of
-    :func:`eager_us_per_call` (``eager_calls`` calls each); the module's docstring states the
-    method. Both exclude compilation (warm-up calls first).
+    """(host µs per call, eager µs per call) of ``fn`` alone: :func:`host_and_eager_rounds`
+    of one callable; the module's docstring states the method.
 
     Raises:
         RuntimeError: when no CUDA device is available.
     """
-    host = [us for _ in range(repeats) for us in host_times(fn, calls)]
-    fn()  # warm after the host runs' queue drained
-    eager = [eager_us_per_call(fn, eager_calls) for _ in range(repeats)]
-    return statistics.median(host), statistics.median(eager)
+    return host_and_eager_rounds({"fn": fn}, calls, eager_calls, repeats)["fn"]
 
 
 HOST_METHOD = (f"host µs/call: CPU time to issue one call (perf_counter around the call), a "
                f"{SLEEP_CYCLES}-cycle busy-wait queued before each so the GPU stays busy; median "
-               f"of {HOST_REPEATS} x {HOST_CALLS} calls")
+               f"of {HOST_REPEATS} rounds x {HOST_CALLS} calls, the kernels interleaved round "
+               f"by round")
 EAGER_METHOD = (f"eager µs/call: wall time of {EAGER_CALLS} calls back to back (no busy-wait, "
-                f"no L2 flush), synchronised at the end, / {EAGER_CALLS}; median of "
-                f"{HOST_REPEATS}")
+                f"no L2 flush), synchronised at the end, / {EAGER_CALLS}; median of the "
+                f"{HOST_REPEATS} rounds")
 
 
 def time_graph(fn: Callable[[], object], calls: int, replays: int) -> list[float]:

@@ -2,7 +2,7 @@
 
 ``reproduce`` records ``host_us`` (CPU time to issue one call with the GPU kept busy) and
 ``eager_us`` (wall time per call of calls back to back) for every kernel it timed
-(:func:`flashrepro.bench.timing.host_and_eager_us`). Host time moves with the CPU, its clock,
+(:func:`flashrepro.bench.timing.host_and_eager_rounds`). Host time moves with the CPU, its clock,
 the Python build and whatever else runs on the machine, and one run gives a single median, not
 per-round samples, so it cannot carry the gate's statistical rule. The rule here is for warnings
 only: a record's host µs warns when it is more than :data:`WARN_FACTOR` times the baseline's
