@@ -239,11 +239,13 @@ def plan_count() -> int:
 
 
 def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
-               causal_alignment: Any, return_lse: Any, config: Any) -> tuple[Any, ...] | None:
+               causal_alignment: Any, return_lse: Any, config: Any,
+               out: Any = None) -> tuple[Any, ...] | None:
     """The plan-cache key of a call, or None where the call must take the full path: inputs
-    that are not plain dense tensors (or carry a negation bit), flags that are not bools,
-    arguments of other types, tensors on neither a GPU nor the interpreter's CPU, inputs that
-    require grad while autograd is on."""
+    (or an ``out``) that are not plain dense tensors (or carry a negation bit), flags that are
+    not bools, arguments of other types, tensors on neither a GPU nor the interpreter's CPU,
+    inputs that require grad while autograd is on. ``out``'s layout keys the plan; its memory
+    is checked against q, k and v on every call (:meth:`LaunchPlan.out_is_apart`)."""
     tensor = torch.Tensor
     if not (type(q) is tensor and type(k) is tensor and type(v) is tensor
             and causal.__class__ is bool and enable_gqa.__class__ is bool
@@ -259,10 +261,19 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
             or q.is_neg() or k.is_neg() or v.is_neg()):
         return None
     # Triton specializes each pointer on its own 16-byte alignment: one bit per tensor
+    if out is None:
+        return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
+                k.dtype, v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
+                k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale,
+                scale.__class__, enable_gqa, causal_alignment, return_lse, config,
+                _mma_v3_switch())
+    if type(out) is not tensor or out.layout is not _STRIDED or out.is_neg():
+        return None
     return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
             v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
             k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale, scale.__class__,
-            enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch())
+            enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch(),
+            out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15 == 0)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
@@ -272,12 +283,8 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     """The forward pass behind :func:`flashrepro.attention`: validate, launch, return
     (o, lse), lse None unless ``return_lse``. Arguments, shapes, dtypes and errors are
     :func:`flashrepro.attention`'s."""
-    key = _signature(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse, config)
-    if key is not None and out is not None:
-        # out's layout keys the plan; its memory is checked against q, k, v on every call
-        plain = type(out) is torch.Tensor and out.layout is _STRIDED and not out.is_neg()
-        key = ((*key, out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15 == 0)
-               if plain else None)
+    key = _signature(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse, config,
+                     out)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         if out is not None and not plan.out_is_apart(out, q, k, v):
