@@ -289,8 +289,9 @@ def run(reruns: list[Rerun], out: Path, timeout_s: float, deadline_s: float,
     """:func:`run_one` for each folder, ``jobs`` at a time (more than one: the longest smoke
     estimate first), starting none after ``deadline_s`` (the rest: "deadline"); results in
     the order of ``reruns``."""
+    path = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]  # e.g. FA4's
     env = {**os.environ, "FLASHREPRO_LAB_SMOKE": "1", "PYTHONUNBUFFERED": "1",
-           "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+           "PYTHONPATH": os.pathsep.join(p for p in path if p)}
     if "FLASHREPRO_GIT_COMMIT" not in env and shutil.which("git"):
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
                               text=True)
