@@ -287,3 +287,13 @@ def test_docker_client_without_buildx_is_explained(tmp_path: Path,
     assert nf.docker_client_problem(str(old)) is None
     assert nf.docker_client_problem(str(_fake_docker(tmp_path / "x", "28.2.2", True))) is None
     assert "no working Docker client" in nf.docker_client_problem(str(tmp_path / "missing"))
+
+
+@pytest.mark.parametrize("flag", ["--gate", "--update-baseline"])
+def test_gated_reproduce_refuses_too_few_rounds(flag: str,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """The gate's statistics need MIN_SAMPLES rounds: fewer is refused up front with the rule,
+    not a ValueError from the statistics after the timing."""
+    assert cli_main(["reproduce", "--no-sass", flag, "--rounds", "3"]) == 2
+    assert "need --rounds >= 5 (the gate's statistics take one sample per round), got 3" in (
+        capsys.readouterr().err)

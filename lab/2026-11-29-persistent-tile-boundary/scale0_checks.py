@@ -17,12 +17,20 @@
 import pytest
 import torch
 
-import flashrepro
-from flashrepro import KernelConfig
+from flashrepro import KernelConfig, launch
 from tests.reference import check_parity, random_qkv
 
 DEV = torch.device("cuda")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_plans():
+    """A cached launch plan keeps the grid of its first call, and these tests change the SM
+    count (``launch._num_sms``): no test may reuse another's plan."""
+    launch.clear_plans()
+    yield
+    launch.clear_plans()
 
 
 @pytest.mark.parametrize("config", [None, "fa3-ws", "fa3-overlap", KernelConfig(64, 64, 4, 3)],
@@ -45,7 +53,7 @@ MASKS = {"full": (False, False), "top-left": (True, False), "bottom-right": (Tru
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("config", WS, ids=KernelConfig.label)
 def test_ws_many_tiles_per_program(config, d, dtype, mask, programs, monkeypatch):
-    monkeypatch.setattr(flashrepro.api, "_num_sms", lambda q: programs)
+    monkeypatch.setattr(launch, "_num_sms", lambda q: programs)
     causal, bottom_right = MASKS[mask]
     b, h, h_kv, lq, lk = 4, 16, 4, 777, 901  # 4·16·7 = 448 tiles
     q, k, v = random_qkv(b, h, lq, lk, d, dtype, DEV, h_kv=h_kv)

@@ -17,4 +17,4 @@ timeout 200 python3 lab/2026-11-29-three-consumer-tile/consumers_probe.py timing
 echo "timing rc=$? [$(($(date +%s) - start)) s]"; grep -v Warning "$OUT/consumers-timing.txt" | grep -v "samples = "
 timeout 200 python3 lab/2026-11-29-three-consumer-tile/consumers_probe.py parity > "$OUT/consumers-parity.txt" 2>&1
 echo "parity rc=$? [$(($(date +%s) - start)) s] ok=$(grep -c '| ok' "$OUT/consumers-parity.txt") fail=$(grep -c FAIL "$OUT/consumers-parity.txt")"
-grep FAIL "$OUT/consumers-parity.txt" | head
+grep FAIL "$OUT/consumers-parity.txt" | head || true  # none when every case passes

@@ -64,7 +64,7 @@ from lab.probes import smoke  # noqa: E402
 
 SMOKE = smoke.enabled()
 """FLASHREPRO_LAB_SMOKE=1 (lab/probes/smoke.py): the defaults below shrink to 1 run per level,
-3 rounds, a two-point scan, so the whole pipeline runs in about a minute."""
+5 rounds (the fewest this script accepts), a two-point scan, so the whole pipeline runs in about a minute."""
 WS_FILE = Path("flashrepro/kernels/fwd_gluon_ws.py")
 WS_MODULE = "flashrepro.kernels.fwd_gluon_ws"
 LAG = ("MAX_LAG = gl.constexpr(8.0)", "MAX_LAG = gl.constexpr(0.0)")
@@ -434,7 +434,8 @@ def _targets_text(met: bool | None) -> str:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=1 if SMOKE else 20, help="gate runs per level (default 20)")
-    p.add_argument("--rounds", type=int, default=smoke.rounds(100), help="rounds per gate run (the job's)")
+    p.add_argument("--rounds", type=int, default=max(5, smoke.rounds(100)),
+                   help="rounds per gate run (the job's; at least 5)")
     p.add_argument("--calls", type=int, default=smoke.calls(10), help="calls per round (the baseline's)")
     p.add_argument("--records", nargs="+", default=["flashrepro", "torch-flash"],
                    help="kernels each gate run measures (torch-flash is the reference)")
@@ -446,7 +447,8 @@ def main() -> None:
                         "(the chosen variants are still calibrated side by side)")
     p.add_argument("--scan", type=int, nargs="+", default=smoke.first(SCAN, 2),
                    help="FMA chain lengths of the calibration scan")
-    p.add_argument("--cal-rounds", type=int, default=smoke.rounds(40), help="rounds of each calibration")
+    p.add_argument("--cal-rounds", type=int, default=max(5, smoke.rounds(40)),
+                   help="rounds of each calibration (at least 5)")
     p.add_argument("--thresholds", type=float, nargs="+", default=[0.015, 0.025],
                    help="other thresholds each run is re-judged at (information only)")
     p.add_argument("--baseline-dir", type=Path, default=REPO / "reproduce" / "baselines")

@@ -12,7 +12,8 @@ esac
 if [[ $LAB_SMOKE == 1 ]]; then
   TUNE_SMOKE=(--rounds 1 --calls 2 --lengths 1024 --head-dims 64)
   BENCH_SMOKE=(--rounds 1 --calls 2 --lengths 1024 --head-dims 64 --dtypes float16)
-  REPRODUCE_SMOKE=(--rounds 3 --calls 2)
+  # reproduce keeps the baseline's 10 calls per round: the gate refuses a run of other calls
+  REPRODUCE_SMOKE=(--rounds 5 --calls 10)
   MODEL_SMOKE=(--layers 2 --rounds 1 --calls 1 --lengths 1024 --no-short --modes eager)
   export PYTEST_ADDOPTS="-p lab.probes.smoke_pytest${PYTEST_ADDOPTS:+ $PYTEST_ADDOPTS}"
   export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # lab.probes for pytest's workers

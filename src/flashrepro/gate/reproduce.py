@@ -9,10 +9,12 @@ instead of importing the gate: the import graph stays one way (bench -> gate).
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from flashrepro.bench import reproduce as bench_reproduce
 from flashrepro.gate.check import Verdict, check, update_baseline
+from flashrepro.gate.stats import MIN_SAMPLES
 
 add_arguments = bench_reproduce.add_arguments
 
@@ -26,5 +28,11 @@ def judge(results: dict, baseline_dir: Path, update: bool) -> Verdict:
 def run(args: argparse.Namespace) -> int:
     """Run ``reproduce`` (options: :func:`flashrepro.bench.reproduce.add_arguments`); returns
     the exit code (the gate's on ``--gate``: 1 regression, 2 no baseline, 3 environment
-    mismatch)."""
+    mismatch; 2 also for ``--gate``/``--update-baseline`` with fewer than the gate's
+    :data:`~flashrepro.gate.stats.MIN_SAMPLES` rounds, refused before anything is timed)."""
+    if (args.gate or args.update_baseline) and args.rounds < MIN_SAMPLES:
+        print(f"reproduce: --gate and --update-baseline need --rounds >= {MIN_SAMPLES} (the "
+              f"gate's statistics take one sample per round), got {args.rounds}",
+              file=sys.stderr)
+        return 2
     return bench_reproduce.run(args, judge=judge)
