@@ -239,6 +239,11 @@ def main() -> None:
             or not 1 <= a.workers <= a.runs):
         p.error("need --runs >= 2, --repeats >= 2, --rounds >= 5, --baseline-runs >= 1 and "
                 "1 <= --workers <= --runs")
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gate_experiment: needs a CUDA GPU (torch sees none)", file=sys.stderr)
+        sys.exit(1)
     out = Path(os.environ.get("OUT") or "gate_experiment_out")
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

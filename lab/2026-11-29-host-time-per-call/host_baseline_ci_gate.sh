@@ -23,6 +23,7 @@ grep -E " passed| failed|rc=|exit [0-9]|Warning" "$W/ci_steps.log" | tail -12
 grep -E "^### " "$W/ci/summary.md"
 left=$((575 - $(date +%s) + start))
 OUT=$W/gate PYTHONPATH=$PWD/src timeout $left python3 scripts/gate_experiment.py \
-  --runs "$(lab_pick 10 2)" --rounds "$(lab_pick 100 5)" --repeats "$(lab_pick 15 2)" > "$W/gate_experiment.txt" 2>&1
+  --runs "$(lab_pick 10 2)" --rounds "$(lab_pick 100 5)" --repeats "$(lab_pick 15 2)" \
+  --workers "$(lab_pick 4 2)" > "$W/gate_experiment.txt" 2>&1
 echo "gate experiment rc=$? [$(($(date +%s) - start)) s]"; tail -20 "$W/gate_experiment.txt"
 rm -rf "$W/gate/baselines"  # carries the hook: never a baseline to commit
