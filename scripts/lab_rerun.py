@@ -288,7 +288,9 @@ def run(reruns: list[Rerun], out: Path, timeout_s: float, deadline_s: float,
         jobs: int = 1) -> list[Result]:
     """:func:`run_one` for each folder, ``jobs`` at a time (more than one: the longest smoke
     estimate first), starting none after ``deadline_s`` (the rest: "deadline"); results in
-    the order of ``reruns``."""
+    the order of ``reruns``. A folder whose run raises (its OUT folder cannot be made, bash
+    cannot start) is a failed result naming the error, and the others still run; an
+    interrupt starts no folder still queued."""
     path = [str(ROOT / "src"), str(ROOT), os.environ.get("PYTHONPATH", "")]  # e.g. FA4's
     env = {**os.environ, "FLASHREPRO_LAB_SMOKE": "1", "PYTHONUNBUFFERED": "1",
            "PYTHONPATH": os.pathsep.join(p for p in path if p)}
@@ -316,7 +318,12 @@ def run(reruns: list[Rerun], out: Path, timeout_s: float, deadline_s: float,
         left = deadline_s - (time.monotonic() - start)
         if left <= 1:
             return Result(r.folder, command, "deadline (not run)")
-        result = run_one(r, out / r.folder, min(timeout_s, left), env)
+        t0 = time.monotonic()
+        try:
+            result = run_one(r, out / r.folder, min(timeout_s, left), env)
+        except Exception as exc:  # e.g. its OUT folder cannot be made: one failed folder
+            result = Result(r.folder, command, "failed", None, round(time.monotonic() - t0, 1),
+                            f"{type(exc).__name__}: {exc}"[:160])
         print(f"{result.folder}: {result.status} [{result.seconds} s]", flush=True)
         return result
 

@@ -108,3 +108,38 @@ def test_disable_mma_v3_keys_the_plan(monkeypatch: pytest.MonkeyPatch) -> None:
     assert key() != without
     monkeypatch.delenv("DISABLE_MMA_V3")
     assert key() == without
+
+
+def test_a_descriptor_slot_without_metadata_keeps_no_tensor() -> None:
+    """A descriptor slot whose kernel carries no ``tensordesc_meta`` entry (Triton then passes
+    the descriptor as base pointer, shape and strides: ``make_tensordesc_arg(desc, None)``
+    returns the base tensor itself) must reach the launcher as the base's address, and neither
+    the slot's cache nor the cached argument tuple may keep the tensor alive."""
+    import gc
+    import weakref
+
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    from flashrepro.kernels.call import io_templates
+
+    if direct.make_tensordesc_arg is None:
+        pytest.skip("Triton's NVIDIA launcher pieces are not importable")
+    raw = Recorder()
+    compiled = SimpleNamespace(function=1234, packed_metadata=(4, 1, 0),
+                               metadata=SimpleNamespace(tensordesc_meta=None),
+                               launch_metadata=lambda *a: ("metadata", a))
+    launcher = SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False)
+    q = torch.randn(1, 2, 64, 64).to(torch.float16)
+    lse = torch.zeros(2)
+    templates = io_templates((TensorDescriptor.from_tensor(q, [1, 1, 16, 64]), lse))
+    dl = DirectLaunch(raw, compiled, launcher, templates, [3])
+    address = q.data_ptr()
+    dl((4, 1, 1), 99, (q, lse))
+    (args,) = raw.calls
+    assert not any(isinstance(a, torch.Tensor) for a in args), "a tensor reached the launcher"
+    assert args[13] == address and args[14:18] == (1, 2, 64, 64)
+    assert args[18:22] == tuple(q.stride())
+    ref = weakref.ref(q)
+    del q
+    gc.collect()
+    assert ref() is None, "the direct launch keeps its first call's tensor alive"

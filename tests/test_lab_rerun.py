@@ -170,3 +170,38 @@ def test_jobs_run_longest_first_and_report_in_order(lab_rerun, tmp_path: Path) -
     for name in ("short", "long"):
         assert (tmp_path / name / "ran.txt").read_text().strip() == name
     assert results[1].seconds >= 0.5
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_folder_whose_run_raises_is_reported_and_the_rest_run(lab_rerun, tmp_path: Path,
+                                                                 jobs: int) -> None:
+    """A folder whose run raises before its command runs (here its OUT folder cannot be made:
+    a file has its name) is a failed result naming the error; the other folders still run and
+    every result comes back, in the folders' order."""
+    reruns = [lab_rerun.Rerun(name, [f'echo {name} > "$OUT/ran.txt"'], "CPU only; about 1 s")
+              for name in ("first", "broken", "last")]
+    (tmp_path / "broken").write_text("a file where the folder's OUT goes")
+    results = lab_rerun.run(reruns, tmp_path, timeout_s=30, deadline_s=60, jobs=jobs)
+    assert [r.folder for r in results] == ["first", "broken", "last"]
+    assert [r.status for r in results] == ["passed", "failed", "passed"], results
+    assert "FileExistsError" in results[1].last_error
+    for name in ("first", "last"):
+        assert (tmp_path / name / "ran.txt").read_text().strip() == name
+
+
+def test_an_interrupt_starts_no_further_folder(lab_rerun, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C during a folder's run ends the rerun: no folder still queued starts."""
+    started: list[str] = []
+
+    def run_one(r, out, timeout_s, env):
+        started.append(r.folder)
+        if r.folder == "a":
+            raise KeyboardInterrupt
+        return lab_rerun.Result(r.folder, "", "passed")
+
+    monkeypatch.setattr(lab_rerun, "run_one", run_one)
+    reruns = [lab_rerun.Rerun(name, ["true"], "CPU only; about 1 s") for name in "abc"]
+    with pytest.raises(KeyboardInterrupt):
+        lab_rerun.run(reruns, tmp_path, timeout_s=30, deadline_s=60, jobs=1)
+    assert started == ["a"]

@@ -251,3 +251,28 @@ def test_compiled_model_calls_the_sequence_major_op_and_copies_nothing(device: t
     assert "copy_" not in targets, f"seed {seed}: a copy into an output buffer is traced"
     assert torch.isfinite(got).all()
     torch.testing.assert_close(got, want, rtol=0, atol=2e-3, msg=f"seed {seed}")
+
+
+def test_the_tracing_check_agrees_with_transformers_is_tracing() -> None:
+    """``_tracing`` (the per-layer check) routes as transformers' ``is_tracing`` does for a
+    plain tensor, a fake tensor, an FX proxy and dynamo; a tensor subclass goes to the
+    operator, as :func:`flashrepro.attention` sends it."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from transformers.utils.import_utils import is_tracing
+
+    class Sub(torch.Tensor):
+        pass
+
+    q = torch.randn(1, 2, 8, 16)
+    assert fr_tf._tracing(q) is is_tracing(q) is False
+    with FakeTensorMode() as mode:
+        fake = mode.from_tensor(q)
+        assert fr_tf._tracing(fake) and is_tracing(fake)
+    proxy = torch.fx.Proxy(torch.fx.Graph().placeholder("x"))
+    assert fr_tf._tracing(proxy) and is_tracing(proxy)
+    assert fr_tf._tracing(q.as_subclass(Sub))
+
+    def flags(x: torch.Tensor) -> torch.Tensor:
+        return x + (1 if fr_tf._tracing(x) else 0) + (2 if is_tracing(x) else 0)
+    zeros = torch.zeros(2, dtype=torch.int64)
+    assert torch.compile(flags, backend="eager", fullgraph=True)(zeros).tolist() == [3, 3]

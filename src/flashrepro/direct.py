@@ -113,7 +113,10 @@ class DirectLaunch:
         template, meta, cache = entry
         expanded = cache.get(address)
         if expanded is None:
-            expanded = make_tensordesc_arg(with_base(template, tensor), meta)
+            # Without metadata Triton passes the descriptor as its base tensor, shape and
+            # strides: the base goes in as its address, so the cache keeps no tensor alive.
+            expanded = [address if isinstance(a, torch.Tensor) else a
+                        for a in make_tensordesc_arg(with_base(template, tensor), meta)]
             self.encodes += 1
             if len(cache) >= MAX_ADDRESSES:
                 cache.clear()
