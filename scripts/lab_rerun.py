@@ -211,7 +211,7 @@ def check(reruns: list[Rerun], root: Path = ROOT) -> list[tuple[str, str]]:
 class Result:
     folder: str
     command: str
-    status: str  # passed, failed, timeout, deadline, needs ..., no command
+    status: str  # passed, failed, timeout, deadline (not run / cut), needs ..., no command
     rc: int | None = None
     seconds: float = 0.0
     last_error: str = ""
@@ -287,7 +287,8 @@ def smoke_estimate_s(needs: str) -> float:
 def run(reruns: list[Rerun], out: Path, timeout_s: float, deadline_s: float,
         jobs: int = 1) -> list[Result]:
     """:func:`run_one` for each folder, ``jobs`` at a time (more than one: the longest smoke
-    estimate first), starting none after ``deadline_s`` (the rest: "deadline"); results in
+    estimate first), starting none after ``deadline_s`` (the rest: "deadline (not run)") and
+    stopping any still running at it ("deadline (cut)"); results in
     the order of ``reruns``. A folder whose run raises (its OUT folder cannot be made, bash
     cannot start) is a failed result naming the error, and the others still run; an
     interrupt starts no folder still queued."""
@@ -321,6 +322,8 @@ def run(reruns: list[Rerun], out: Path, timeout_s: float, deadline_s: float,
         t0 = time.monotonic()
         try:
             result = run_one(r, out / r.folder, min(timeout_s, left), env)
+            if result.status == "timeout" and left < timeout_s:
+                result.status = "deadline (cut)"  # stopped by the run's deadline, not its own
         except Exception as exc:  # e.g. its OUT folder cannot be made: one failed folder
             result = Result(r.folder, command, "failed", None, round(time.monotonic() - t0, 1),
                             f"{type(exc).__name__}: {exc}"[:160])
@@ -390,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if failures else 0
     results = run(reruns, a.out, a.timeout_s, a.deadline_s, a.jobs)
     print(write(results, a.out))
-    return 1 if any(r.status in ("failed", "timeout") for r in results) else 0
+    return 1 if any(r.status in ("failed", "timeout", "deadline (cut)") for r in results) else 0
 
 
 if __name__ == "__main__":

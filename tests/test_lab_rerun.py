@@ -205,3 +205,11 @@ def test_an_interrupt_starts_no_further_folder(lab_rerun, tmp_path: Path,
     with pytest.raises(KeyboardInterrupt):
         lab_rerun.run(reruns, tmp_path, timeout_s=30, deadline_s=60, jobs=1)
     assert started == ["a"]
+
+
+def test_a_folder_stopped_by_the_deadline_is_reported_as_cut(lab_rerun, tmp_path: Path) -> None:
+    """The run's deadline also stops a folder still running at it: that is "deadline (cut)",
+    not the folder's own timeout."""
+    reruns = [lab_rerun.Rerun("slow", ["sleep 20"], "CPU only; about 1 min")]
+    (result,) = lab_rerun.run(reruns, tmp_path, timeout_s=60, deadline_s=2.5)
+    assert result.status == "deadline (cut)" and result.seconds < 10

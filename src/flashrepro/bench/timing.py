@@ -249,6 +249,8 @@ def host_and_eager_rounds(fns: dict[str, Callable[[], object]], calls: int = HOS
     Raises:
         RuntimeError: when no CUDA device is available.
     """
+    if not fns:
+        return {}
     names = list(fns)
     host: dict[str, list[float]] = {n: [] for n in names}
     eager: dict[str, list[float]] = {n: [] for n in names}
