@@ -104,6 +104,23 @@ def test_export(device: torch.device) -> None:
     assert_parity(program.module()(q, k, v), None, q, k, v, causal=True)
 
 
+
+@pytest.mark.parametrize("mode", ["real", "fake"])
+def test_make_fx_records_the_op(mode: str, device: torch.device) -> None:
+    """Under make_fx's proxy dispatch mode (real tensors too) flashrepro.attention is one
+    flashrepro op in the graph, not an untraced launch, and the graph gives the eager answer
+    on fresh inputs."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def f(q, k, v):
+        return flashrepro.attention(q, k, v, causal=True, enable_gqa=True)
+
+    graph = make_fx(f, tracing_mode=mode)(*_qkv(device))
+    targets = [str(n.target) for n in graph.graph.nodes if n.op == "call_function"]
+    assert targets == ["flashrepro.attention.default"], targets
+    q, k, v = _qkv(device)
+    assert_parity(graph(q, k, v), None, q, k, v, causal=True)
+
 @pytest.mark.gpu
 def test_compile_reduce_overhead() -> None:
     """mode="reduce-overhead" (CUDA graphs): replays on new inputs give the right answer."""

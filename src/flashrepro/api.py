@@ -127,7 +127,8 @@ def attention(
             GPU's shared memory (ValueError).
     """
     if isinstance(q, torch.Tensor) and (torch.compiler.is_compiling()
-                                        or type(q) is not torch.Tensor):
+                                        or type(q) is not torch.Tensor
+                                        or torch._C._len_torch_dispatch_stack()):
         return _traced(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
                        causal_alignment=causal_alignment, return_lse=return_lse,
                        config=config, out=out)
@@ -141,9 +142,11 @@ def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
             scale: float | None, enable_gqa: bool, causal_alignment: str, return_lse: bool,
             config: KernelConfig | str | None,
             out: torch.Tensor | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-    """:func:`attention` under ``torch.compile``/``torch.export`` (or on tensor subclasses):
-    through the registered operators (:mod:`flashrepro.ops`), whose fake implementation the
-    tracer sees; ``out`` is then written by a copy of the op's output."""
+    """:func:`attention` under ``torch.compile``/``torch.export``, on tensor subclasses, or under
+    a torch dispatch mode (``make_fx``'s proxy mode, a fake-tensor or flop-counting mode, which
+    must see one op rather than Triton's launch): through the registered operators
+    (:mod:`flashrepro.ops`), whose fake implementation the tracer sees; ``out`` is then written
+    by a copy of the op's output."""
     for name, flag in (("causal", causal), ("enable_gqa", enable_gqa),
                        ("return_lse", return_lse)):
         _check_flag(name, flag)  # the op's schema would coerce 1 to True
