@@ -212,26 +212,33 @@ def _aten_capture() -> tuple[object, list[set[str]]]:
 
 # On the CPU, cuDNN has no kernel: its stand-in is the math backend (seen as _safe_softmax).
 CPU_BACKENDS = {"sdpa-cudnn": "MATH", "sdpa-flash": "FLASH_ATTENTION"}
+
+
+@pytest.fixture
+def cpu_compile(monkeypatch: pytest.MonkeyPatch):
+    """The compile tests' set-up: transformers, the CPU stand-ins for SDPA's backends, a clean
+    dynamo before and after, and (a 2-layer tiny Qwen3, :func:`_aten_capture`'s backend, its
+    list of graphs)."""
+    pytest.importorskip("transformers")
+    monkeypatch.setattr(M, "SDPA_BACKENDS", CPU_BACKENDS)
+    torch._dynamo.reset()
+    yield (_tiny_qwen3(layers=2), *_aten_capture())
+    torch._dynamo.reset()
 CPU_OPS = {"sdpa-cudnn": {"aten._safe_softmax.default"},
            "sdpa-flash": {"aten._scaled_dot_product_flash_attention_for_cpu.default"},
            "frepro": {"flashrepro.attention_bshd.default"}}
 
 
-def test_regional_compile_one_graph_per_implementation_backend_baked_in(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_regional_compile_one_graph_per_implementation_backend_baked_in(cpu_compile) -> None:
     """Each copy's decoder layers are compiled, not the model; the layers share one graph per
     implementation; each SDPA copy's graph has its own backend even though both run the same
     layer code, and the surrounding sdpa_kernel context no longer matters once traced."""
-    pytest.importorskip("transformers")
     import copy
 
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    monkeypatch.setattr(M, "SDPA_BACKENDS", CPU_BACKENDS)
-    torch._dynamo.reset()
-    base = _tiny_qwen3(layers=2)
+    base, backend, graphs = cpu_compile
     ids = torch.randint(0, 256, (2, 40))
-    backend, graphs = _aten_capture()
     for impl in ("sdpa-cudnn", "sdpa-flash", "frepro"):
         model = copy.deepcopy(base)
         with torch.inference_mode():
@@ -250,21 +257,16 @@ def test_regional_compile_one_graph_per_implementation_backend_baked_in(
         assert M.max_abs_diff(out, eager) < 4e-3 * eager.abs().max()
         M.uncompile_layers(model)
         assert all(layer._compiled_call_impl is None for layer in model.model.layers)
-    torch._dynamo.reset()
 
 
-def test_outer_sdpa_context_alone_is_not_guarded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_outer_sdpa_context_alone_is_not_guarded(cpu_compile) -> None:
     """Why compile_layers traces sdpa_kernel inside the compiled call: with the plain
     ``layer.compile()`` and the context around the call, dynamo reuses the first SDPA copy's
     graph for the second copy (same code, equal guards), backend and all."""
-    pytest.importorskip("transformers")
     import copy
 
-    monkeypatch.setattr(M, "SDPA_BACKENDS", CPU_BACKENDS)
-    torch._dynamo.reset()
-    base = _tiny_qwen3(layers=2)
+    base, backend, graphs = cpu_compile
     ids = torch.randint(0, 256, (1, 24))
-    backend, graphs = _aten_capture()
     for impl in ("sdpa-cudnn", "sdpa-flash"):
         model = copy.deepcopy(base)
         fwd = M.make_forward(model, impl)  # sdpa_kernel(backend) around the model call
@@ -273,7 +275,6 @@ def test_outer_sdpa_context_alone_is_not_guarded(monkeypatch: pytest.MonkeyPatch
         with torch.inference_mode():
             fwd(ids)
     assert graphs == [CPU_OPS["sdpa-cudnn"]]  # sdpa-flash ran the math graph, untraced
-    torch._dynamo.reset()
 
 
 def test_compile_falls_back_to_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> None:

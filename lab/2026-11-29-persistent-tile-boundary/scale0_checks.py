@@ -18,19 +18,11 @@ import pytest
 import torch
 
 from flashrepro import KernelConfig, launch
+from tests.conftest import _fresh_launch_plans  # noqa: F401 (autouse; these tests patch _num_sms)
 from tests.reference import check_parity, random_qkv
 
 DEV = torch.device("cuda")
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_plans():
-    """A cached launch plan keeps the grid of its first call, and these tests change the SM
-    count (``launch._num_sms``): no test may reuse another's plan."""
-    launch.clear_plans()
-    yield
-    launch.clear_plans()
 
 
 @pytest.mark.parametrize("config", [None, "fa3-ws", "fa3-overlap", KernelConfig(64, 64, 4, 3)],

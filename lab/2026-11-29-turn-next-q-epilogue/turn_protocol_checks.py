@@ -31,6 +31,7 @@ import torch
 import flashrepro
 from flashrepro import KernelConfig, launch
 from flashrepro.kernels import fwd_gluon_ws
+from tests.conftest import _fresh_launch_plans  # noqa: F401 (autouse; these tests patch _num_sms)
 from tests.reference import assert_parity, check_parity, poisoned_like, random_qkv, relayout
 
 DEV = torch.device("cuda")
@@ -39,15 +40,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a G
 WS = [KernelConfig(128, bn, 8, s, tma=True, overlap=True, warp_specialize=True)
       for bn, s in [(128, 2), (64, 2), (64, 4)]]
 MASKS = {"full": (False, False), "top-left": (True, False), "bottom-right": (True, True)}
-
-
-@pytest.fixture(autouse=True)
-def _fresh_plans():
-    """A cached launch plan keeps the grid of its first call, and these tests change the SM
-    count (``launch._num_sms``): no test may reuse another's plan."""
-    launch.clear_plans()
-    yield
-    launch.clear_plans()
 
 
 @pytest.mark.parametrize("programs", [1, 2, 3, 47])
