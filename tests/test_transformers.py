@@ -254,25 +254,27 @@ def test_compiled_model_calls_the_sequence_major_op_and_copies_nothing(device: t
 
 
 def test_the_tracing_check_agrees_with_transformers_is_tracing() -> None:
-    """``_tracing`` (the per-layer check) routes as transformers' ``is_tracing`` does for a
+    """``needs_operator`` (the per-layer check) routes as transformers' ``is_tracing`` does for a
     plain tensor, a fake tensor, an FX proxy and dynamo; a tensor subclass goes to the
     operator, as :func:`flashrepro.attention` sends it."""
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers.utils.import_utils import is_tracing
 
+    from flashrepro.api import needs_operator
+
     class Sub(torch.Tensor):
         pass
 
     q = torch.randn(1, 2, 8, 16)
-    assert fr_tf._tracing(q) is is_tracing(q) is False
+    assert needs_operator(q) is is_tracing(q) is False
     with FakeTensorMode() as mode:
         fake = mode.from_tensor(q)
-        assert fr_tf._tracing(fake) and is_tracing(fake)
+        assert needs_operator(fake) and is_tracing(fake)
     proxy = torch.fx.Proxy(torch.fx.Graph().placeholder("x"))
-    assert fr_tf._tracing(proxy) and is_tracing(proxy)
-    assert fr_tf._tracing(q.as_subclass(Sub))
+    assert needs_operator(proxy) and is_tracing(proxy)
+    assert needs_operator(q.as_subclass(Sub))
 
     def flags(x: torch.Tensor) -> torch.Tensor:
-        return x + (1 if fr_tf._tracing(x) else 0) + (2 if is_tracing(x) else 0)
+        return x + (1 if needs_operator(x) else 0) + (2 if is_tracing(x) else 0)
     zeros = torch.zeros(2, dtype=torch.int64)
     assert torch.compile(flags, backend="eager", fullgraph=True)(zeros).tolist() == [3, 3]

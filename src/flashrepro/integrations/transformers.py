@@ -35,6 +35,7 @@ from transformers.utils.import_utils import is_tracing
 
 import flashrepro
 from flashrepro import ops
+from flashrepro.api import needs_operator
 
 NAME = "frepro"
 """The ``attn_implementation`` name this module registers. Not "flashrepro": transformers 5.17
@@ -117,17 +118,6 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
     return None
 
 
-def _tracing(query: torch.Tensor) -> bool:
-    """transformers' ``is_tracing(query)`` for what changes the call here: dynamo (compile,
-    export), ``torch.jit`` tracing, or a tensor that is not a plain one (an FX proxy, a fake
-    tensor, a subclass), which :func:`flashrepro.attention` also sends through its operator.
-    It leaves out ``is_tracing``'s CUDA stream-capture check: under capture the eager call
-    launches into the capturing stream like any kernel. It runs once per layer, and costs
-    about 0.3 µs against ``is_tracing``'s 1.5-3.5 (the development CPU)."""
-    return (torch.compiler.is_compiling() or torch.jit.is_tracing()
-            or type(query) is not torch.Tensor)
-
-
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
                       value: torch.Tensor, attention_mask: torch.Tensor | None,
                       dropout: float = 0.0, scaling: float | None = None,
@@ -172,7 +162,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal = query.shape[2] > 1 and bool(causal)
     enable_gqa = key.shape[1] != query.shape[1]
-    if _tracing(query):
+    if needs_operator(query):  # the same rule as flashrepro.attention's, one check per layer
         return traced_attention(query, key, value, causal, scaling, enable_gqa), None
     b, h, lq, d = query.shape
     # The kernel writes any strides: straight into the (B, L, H, D) layout transformers wants,
