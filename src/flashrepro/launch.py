@@ -261,19 +261,15 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
             or q.is_neg() or k.is_neg() or v.is_neg()):
         return None
     # Triton specializes each pointer on its own 16-byte alignment: one bit per tensor
+    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
+           v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
+           k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale, scale.__class__,
+           enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch())
     if out is None:
-        return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype,
-                k.dtype, v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
-                k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale,
-                scale.__class__, enable_gqa, causal_alignment, return_lse, config,
-                _mma_v3_switch())
+        return key
     if type(out) is not tensor or out.layout is not _STRIDED or out.is_neg():
         return None
-    return (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
-            v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
-            k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale, scale.__class__,
-            enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch(),
-            out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15 == 0)
+    return (*key, out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15 == 0)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
