@@ -91,6 +91,33 @@ def test_interleave_and_summarize_with_a_fake_timer() -> None:
         assert f"{row['tokens_per_s'] / 1e3:.0f}" in text and row["impl"] in text
 
 
+def test_round_range_pairs_each_round_with_the_best_sdpa_backend() -> None:
+    """The range is of per-round ratios (round r against round r of the backend with the best
+    median), not of one implementation's rounds alone: a slow phase that hits every
+    implementation in round 2 leaves the paired ratios level."""
+    rng = random.Random()
+    phase = [1.0, rng.uniform(1.3, 1.6), 1.0, 1.0, 1.0]  # round 2 slow for everyone
+    per_round = {"frepro": [10.0 * p for p in phase], "sdpa-cudnn": [11.0 * p for p in phase],
+                 "sdpa-flash": [12.0 * p for p in phase]}
+    per_round["frepro"][3] = 13.0  # one round where frepro alone was slow
+    rows = {r["impl"]: r for r in M.summarize("eager", M.Shape(1, 1024), per_round, {}, {})}
+    lo, hi = rows["frepro"]["ratio_round_range"]
+    assert lo == pytest.approx(11.0 / 13.0) and hi == pytest.approx(1.1)
+    assert rows["sdpa-cudnn"]["ratio_round_range"] == pytest.approx([1.0, 1.0])
+    assert rows["sdpa-flash"]["ratio_round_range"] == pytest.approx([11 / 12, 11 / 12])
+    text = M.table(list(rows.values()), "github")
+    assert f"{11 / 13:.3f}-{1.1:.3f}" in text and "per-round range" in text
+
+
+def test_gpu_busy_is_kernel_time_over_wall_time() -> None:
+    row = {"ms": 20.0, "gpu_us": 5000.0}
+    assert M.gpu_busy(row) == pytest.approx(0.25)
+    assert M.gpu_busy({"ms": 20.0}) is None
+    rows = M.summarize("eager", M.Shape(1, 1024), {"sdpa-flash": [20.0]}, {},
+                       {"sdpa-flash": {"gpu_us": 15000.0}})
+    assert "0.75" in M.table(rows, "github")
+
+
 def test_no_sdpa_row_gives_no_ratio() -> None:
     rows = M.summarize("compile", M.Shape(1, 1024), {"frepro": [2.0, 3.0]}, {}, {})
     assert rows[0]["ratio_to_best_sdpa"] is None and rows[0]["max_abs_diff_vs_ref"] is None

@@ -43,8 +43,12 @@ Timing: per forward, CUDA events recorded before and after it, forwards queued b
 (no busy-wait, no synchronisation between them: host time that the GPU waits for is in the
 interval, as in a user's program). ``--calls`` forwards per round, ``--rounds`` interleaved
 rounds (order rotated each round), 2 warm-up forwards per implementation first; the reported
-time is the median of the per-round medians. Each implementation's logits are compared once per
-shape and mode with the eager ``sdpa-flash`` logits of the same weights (max |Δ|).
+time is the median of the per-round medians, the ratio to the best SDPA backend that of the
+medians, with the range of the ratios of each round's medians beside it (round r of every
+implementation ran within seconds of each other): a ratio whose range holds 1 is a tie.
+``GPU busy`` (:func:`gpu_busy`) says whether a row measures the GPU or the host. Each
+implementation's logits are compared once per shape and mode with the eager ``sdpa-flash``
+logits of the same weights (max |Δ|).
 
 Outputs under ``--out`` (default ``reproduce/results/<gpu-key>/``): ``model.json`` (with
 :func:`flashrepro.env.capture`), ``model.md`` (tabulate) and ``model.png`` (matplotlib).
@@ -435,11 +439,25 @@ def summarize(mode: str, shape: Shape, round_ms: dict[str, list[float]],
         rows.append({"mode": mode, **asdict(shape), "impl": name, "ms": ms,
                      "round_medians_ms": samples, "tokens_per_s": shape.tokens / (ms * 1e-3),
                      "max_abs_diff_vs_ref": max_abs_diff.get(name), **extra.get(name, {})})
-    sdpa = [r["tokens_per_s"] for r in rows if r["impl"] in SDPA_IMPLS]
-    best = max(sdpa) if sdpa else None
+    sdpa = [r for r in rows if r["impl"] in SDPA_IMPLS]
+    best = max(sdpa, key=lambda r: r["tokens_per_s"]) if sdpa else None
     for r in rows:
-        r["ratio_to_best_sdpa"] = r["tokens_per_s"] / best if best else None
+        r["ratio_to_best_sdpa"] = r["tokens_per_s"] / best["tokens_per_s"] if best else None
+        # Round r of every implementation ran within seconds of each other (interleave), so
+        # each round's ratio is a side-by-side measurement; their range is the ratio's noise.
+        paired = ([b / m for b, m in zip(best["round_medians_ms"], r["round_medians_ms"],
+                                         strict=True)] if best else [])
+        r["ratio_round_range"] = [min(paired), max(paired)] if paired else None
     return rows
+
+
+def gpu_busy(row: dict[str, Any]) -> float | None:
+    """The fraction of a forward's wall time the GPU spent in kernels: the profiled forward's
+    kernel µs (``gpu_us``, one stream, so kernels do not overlap) over the row's ms per
+    forward. Near 1 the row measures the GPU; far below it the host, which the GPU waits for
+    (the short prefill). None when the row was not profiled."""
+    gpu_us = row.get("gpu_us")
+    return None if gpu_us is None or not row.get("ms") else gpu_us / (row["ms"] * 1e3)
 
 
 def table(rows: list[dict[str, Any]], fmt: str) -> str:
@@ -451,11 +469,17 @@ def table(rows: list[dict[str, Any]], fmt: str) -> str:
         label = r.get("attention_kernel", "not profiled")
         return f"{label} (MISMATCH)" if r.get("backend_mismatch") else label
 
+    def spread(r: dict[str, Any]) -> str:
+        lo_hi = r.get("ratio_round_range")
+        return "n/a" if not lo_hi else f"{lo_hi[0]:.3f}-{lo_hi[1]:.3f}"
+
     body = [[r["mode"], r["batch"], r["seqlen"], r["impl"], kernel(r), num(r["ms"], ".2f"),
              num(r["tokens_per_s"] / 1e3, ".0f"), num(r["ratio_to_best_sdpa"], ".3f"),
-             num(r["max_abs_diff_vs_ref"], ".3g")] for r in rows]
+             spread(r), num(gpu_busy(r), ".2f"), num(r["max_abs_diff_vs_ref"], ".3g")]
+            for r in rows]
     headers = ["mode", "B", "L", "implementation", "attention kernel", "ms / forward",
-               "k tokens/s", "/ best SDPA", f"max |Δ logits| vs {REFERENCE}"]
+               "k tokens/s", "/ best SDPA", "per-round range", "GPU busy",
+               f"max |Δ logits| vs {REFERENCE}"]
     return tabulate(body, headers, tablefmt=fmt)
 
 
@@ -646,7 +670,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="leave out the single short prefill B=1, L=1024")
     parser.add_argument("--layers", type=env.positive_int, default=28,
                         help="decoder layers (default: %(default)s, Qwen3-0.6B's)")
-    parser.add_argument("--rounds", type=env.positive_int, default=5,
+    parser.add_argument("--rounds", type=env.positive_int, default=10,
                         help="interleaved rounds (default: %(default)s)")
     parser.add_argument("--calls", type=env.positive_int, default=3,
                         help="timed forwards per implementation per round (default: %(default)s)")
