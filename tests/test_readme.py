@@ -33,6 +33,31 @@ def test_the_model_table_follows_model_json() -> None:
     assert readme.render(text, RESULTS, changed) != text
 
 
+def test_the_model_table_shows_each_ratios_round_range_and_gpu_busy() -> None:
+    """The range comes from the rows' round medians (round r of frepro against round r of the
+    best SDPA backend), GPU busy from the profiled kernel time: a slower frepro round widens
+    the range in the README, a changed kernel time changes GPU busy."""
+    from flashrepro.bench import model as M
+
+    frepro = [r for r in MODEL["rows"] if r["impl"] == "frepro"]
+    table = readme.model(MODEL)
+    for row in frepro:
+        best = M.best_sdpa([r for r in MODEL["rows"] if (r["mode"], r["batch"], r["seqlen"])
+                            == (row["mode"], row["batch"], row["seqlen"])])
+        lo, hi = M.ratio_round_range(row, best)
+        # The median is monotone: if every round's ratio is at least lo, so is the medians'.
+        assert lo * (1 - 1e-12) <= row["ratio_to_best_sdpa"] <= hi * (1 + 1e-12)
+        assert f"({lo:.3f}-{hi:.3f})" in table
+    changed = copy.deepcopy(MODEL)
+    row = next(r for r in changed["rows"] if r["impl"] == "frepro")
+    row["round_medians_ms"][0] *= 3
+    row["gpu_us"] *= 0.5
+    lo, _ = M.ratio_round_range(row, M.best_sdpa([r for r in changed["rows"] if (
+        r["mode"], r["batch"], r["seqlen"]) == (row["mode"], row["batch"], row["seqlen"])]))
+    assert f"({lo:.3f}-" in readme.model(changed) and f"({lo:.3f}-" not in table
+    assert f"{M.gpu_busy(row):.2f}" in readme.model(changed)
+
+
 def test_the_setup_line_names_gpu_versions_and_commit() -> None:
     line = readme.setup(RESULTS)
     env = RESULTS["env"]

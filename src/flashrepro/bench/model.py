@@ -439,16 +439,32 @@ def summarize(mode: str, shape: Shape, round_ms: dict[str, list[float]],
         rows.append({"mode": mode, **asdict(shape), "impl": name, "ms": ms,
                      "round_medians_ms": samples, "tokens_per_s": shape.tokens / (ms * 1e-3),
                      "max_abs_diff_vs_ref": max_abs_diff.get(name), **extra.get(name, {})})
-    sdpa = [r for r in rows if r["impl"] in SDPA_IMPLS]
-    best = max(sdpa, key=lambda r: r["tokens_per_s"]) if sdpa else None
+    best = best_sdpa(rows)
     for r in rows:
         r["ratio_to_best_sdpa"] = r["tokens_per_s"] / best["tokens_per_s"] if best else None
-        # Round r of every implementation ran within seconds of each other (interleave), so
-        # each round's ratio is a side-by-side measurement; their range is the ratio's noise.
-        paired = ([b / m for b, m in zip(best["round_medians_ms"], r["round_medians_ms"],
-                                         strict=True)] if best else [])
-        r["ratio_round_range"] = [min(paired), max(paired)] if paired else None
+        r["ratio_round_range"] = ratio_round_range(r, best)
     return rows
+
+
+def best_sdpa(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The SDPA backend's row with the most tokens/s among ``rows`` (one mode and shape), or
+    None when no SDPA backend ran there."""
+    sdpa = [r for r in rows if r["impl"] in SDPA_IMPLS]
+    return max(sdpa, key=lambda r: r["tokens_per_s"]) if sdpa else None
+
+
+def ratio_round_range(row: dict[str, Any], best: dict[str, Any] | None) -> list[float] | None:
+    """[min, max] over rounds of ``row``'s tokens/s over ``best``'s in the same round (the
+    ratio of ``best``'s round-median ms to ``row``'s), from the rows' ``round_medians_ms``.
+    Round r of every implementation ran within seconds of the others (:func:`interleave`), so
+    each round's ratio is a side-by-side measurement and their range is the ratio's noise: a
+    slow phase of the host that falls on one round moves every implementation in it alike.
+    None without ``best`` or rounds."""
+    if best is None or not row.get("round_medians_ms"):
+        return None
+    paired = [b / m for b, m in zip(best["round_medians_ms"], row["round_medians_ms"],
+                                    strict=True)]
+    return [min(paired), max(paired)]
 
 
 def gpu_busy(row: dict[str, Any]) -> float | None:
