@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import random
 import statistics
 from pathlib import Path
@@ -550,3 +551,12 @@ def test_merge_of_a_malformed_file_names_it(tmp_path: Path, breakage: str,
     assert code == 2
     assert str(paths[1]) in capsys.readouterr().out
     assert not (tmp_path / "out").exists()
+
+
+def test_committed_model_md_is_the_table_of_model_json() -> None:
+    """reproduce/results/<gpu>/model.md is generated from the model.json beside it: a change
+    to the table's code or to the results shows here until both are regenerated."""
+    from flashrepro.readme import MODEL_RESULTS
+
+    results = json.loads(MODEL_RESULTS.read_text())
+    assert MODEL_RESULTS.with_suffix(".md").read_text() == M.markdown(results)

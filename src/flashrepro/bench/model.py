@@ -485,8 +485,13 @@ def table(rows: list[dict[str, Any]], fmt: str) -> str:
         label = r.get("attention_kernel", "not profiled")
         return f"{label} (MISMATCH)" if r.get("backend_mismatch") else label
 
-    def spread(r: dict[str, Any]) -> str:
-        lo_hi = r.get("ratio_round_range")
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["mode"], r["batch"], r["seqlen"]), []).append(r)
+    best = {key: best_sdpa(group) for key, group in groups.items()}
+
+    def spread(r: dict[str, Any]) -> str:  # from the round medians, as the README's
+        lo_hi = ratio_round_range(r, best[(r["mode"], r["batch"], r["seqlen"])])
         return "n/a" if not lo_hi else f"{lo_hi[0]:.3f}-{lo_hi[1]:.3f}"
 
     body = [[r["mode"], r["batch"], r["seqlen"], r["impl"], kernel(r), num(r["ms"], ".2f"),
@@ -728,6 +733,12 @@ def method(args: argparse.Namespace) -> dict[str, Any]:
 def results_caption(results: dict[str, Any]) -> str:
     """:func:`caption` of a results dict, with the runs a merged one joins."""
     text = caption(results["env"], results["model"]["num_hidden_layers"])
+    timing = results.get("method") or {}
+    if timing.get("rounds"):
+        text += (f" {timing['rounds']} interleaved rounds of {timing.get('calls_per_round', '?')}"
+                 " forwards per implementation; per-round range: the ratio to the best SDPA "
+                 "backend in each round; GPU busy: the profiled forward's kernel time over the "
+                 "row's ms.")
     if results.get("merged_from"):
         text += " Rows from runs " + "; ".join(
             f"{m['modes']} at {m['date']} (commit {m.get('git_commit') or '?'})"
