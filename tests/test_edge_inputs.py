@@ -198,3 +198,135 @@ def test_compiled_call_refuses_the_config_strings_eager_refuses() -> None:
                                                                           config=config))
         with pytest.raises(Exception, match="config must be a KernelConfig or one of"):
             fn(q, k, v)  # dynamo wraps the ValueError, its message kept
+
+
+# --- 4. Inputs of 17b91dd: each test failed there for the reason its docstring gives -------
+
+def test_out_write_bumps_the_version_counter() -> None:
+    """The kernel writes ``out`` through its address, which torch's autograd cannot see: a
+    tensor saved for a backward and then overwritten through ``out=`` gave a silently wrong
+    gradient (torch's own out= ops bump the version and the backward raises). Also through a
+    cached plan, and for ``out=q``."""
+    q, k, v = _qkv()
+    for out in (torch.empty_like(q), torch.empty_like(q), q):  # first call, plan, out=q
+        x = torch.randn(SHAPE, dtype=torch.float16, requires_grad=True)
+        y = (x * out).sum()  # saves out for the backward
+        before = out._version
+        flashrepro.attention(q, k, v, out=out)
+        assert out._version > before
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            y.backward()
+
+
+def test_wrapper_subclass_out_goes_through_the_operator() -> None:
+    """An ``out`` that is a wrapper subclass (no storage) with plain q, k, v crashed in the
+    launch ('Attempted to access the data pointer on an invalid python storage'); it now goes
+    through the operator, whose output is copied in (``copy_`` bumps its version)."""
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    q, k, v = _qkv()
+    out = TwoTensor(torch.full_like(q, float("nan")), torch.full_like(q, float("nan")))
+    before = out._version
+    o = flashrepro.attention(q, k, v, out=out)
+    assert o is out and out._version > before
+    assert_parity(o.a, None, q, k, v, causal=False)
+    assert_parity(o.b, None, q, k, v, causal=False)
+
+
+@pytest.mark.parametrize("scale", [2.4e38, 1e39, 1e300])
+def test_scale_beyond_float32(scale: float) -> None:
+    """A finite float64 ``scale`` whose ``scale·log2(e)`` is infinite in float32 (the kernel's
+    scale argument) made every output element NaN, even for q = 0 (0·inf), silently;
+    SDPA's float64 answer is the mean of v there. Refused by name, eager and compiled."""
+    q, k, v = _qkv()
+    q = torch.zeros_like(q)
+    with pytest.raises(ValueError, match=r"^scale must be .*float32"):
+        flashrepro.attention(q, k, v, scale=scale)
+    fn = _compiled(lambda q, k, v: flashrepro.attention(q, k, v, scale=scale))
+    with pytest.raises(Exception, match=r"scale must be .*float32"):
+        fn(q, k, v)
+
+
+def test_largest_float32_scale_still_runs() -> None:
+    """The boundary of the rule above: scale·log2(e) just inside float32 runs and, for q = 0
+    (every score 0), gives the mean of v as the float64 reference."""
+    q, k, v = _qkv()
+    q = torch.zeros_like(q)
+    scale = 2.3e38
+    o = flashrepro.attention(q, k, v, scale=scale)
+    assert_parity(o, None, q, k, v, causal=False, scale=scale)
+
+
+def test_nested_inputs_are_refused_by_name() -> None:
+    """A nested q (``torch.nested.nested_tensor``, layout strided) crashed in the plan key
+    ('NestedTensorImpl doesn't support sizes'); a jagged one in the dispatcher
+    ('Could not run flashrepro::attention ... AutogradNestedTensor')."""
+    q, k, v = _qkv()
+    for layout in (torch.strided, torch.jagged):
+        nested = torch.nested.nested_tensor([q[0, 0], q[0, 1]], layout=layout)
+        with pytest.raises(TypeError, match=r"^q must not be a nested tensor"):
+            flashrepro.attention(nested, k, v)
+        with pytest.raises(TypeError, match=r"^k must not be a nested tensor"):
+            flashrepro.attention(q, nested, v)
+
+
+def test_subclass_k_v_with_a_plain_q() -> None:
+    """Only q's type chose the operator path: a wrapper subclass k and v (no storage) with a
+    plain q crashed in the launch ('Attempted to access the data pointer on an invalid python
+    storage'), a fake k and v launched Triton on them. A wrapper subclass now goes through
+    the operator (its own dispatch runs each component; checked element-wise), fake k/v get
+    torch's error for mixing fake and real tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    q, k, v = _qkv()
+    k2, v2 = random_qkv(1, 2, 16, 16, 16, torch.float16, torch.device("cpu"))[1:]
+    o = flashrepro.attention(q, TwoTensor(k, k2), TwoTensor(v, v2), causal=True)
+    assert isinstance(o, TwoTensor)
+    assert_parity(o.a, None, q, k, v, causal=True)
+    assert_parity(o.b, None, q, k2, v2, causal=True)
+    mode = FakeTensorMode()
+    with pytest.raises(Exception, match=r"(?i)fake"):
+        flashrepro.attention(q, mode.from_tensor(k), mode.from_tensor(v))
+
+
+def test_vmap_goes_through_the_operator() -> None:
+    """Under ``torch.vmap`` the inputs are functorch's batched tensors (type torch.Tensor, no
+    storage): the eager launch crashed ('Cannot access data pointer of Tensor that doesn't
+    have storage'). Batched over q only and over k, v only, checked element-wise."""
+    q, k, v = random_qkv(3, 2, 16, 16, 16, torch.float16, torch.device("cpu"))
+
+    def one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return flashrepro.attention(q[None], k[None], v[None], causal=True)[0]
+
+    o = torch.vmap(one)(q, k, v)
+    assert_parity(o, None, q, k, v, causal=True)
+    o = torch.vmap(one, in_dims=(None, 0, 0))(q[0], k, v)
+    assert_parity(o, None, q[:1].expand_as(q), k, v, causal=True)
+    o = torch.vmap(one, in_dims=(0, None, None))(q, k[0], v[0])
+    assert_parity(o, None, q, k[:1].expand_as(k), v[:1].expand_as(v), causal=True)
+
+
+def test_torch_func_derivatives_are_refused() -> None:
+    """Routed through the operator under functorch transforms, grad of a vmapped call and jvp
+    returned an all-zero gradient or tangent (torch's fallback for an op without a
+    derivative formula), silently; eager calls refuse inputs that require grad. Each must
+    now raise naming the input; an input the transform does not differentiate still runs."""
+    q, k, v = random_qkv(2, 2, 16, 16, 16, torch.float16, torch.device("cpu"))
+
+    def attend(x: torch.Tensor) -> torch.Tensor:
+        return flashrepro.attention(x[None], k[:1], v[:1])[0]
+
+    def batched_loss(x: torch.Tensor) -> torch.Tensor:
+        return torch.vmap(attend)(x).float().sum()
+
+    with pytest.raises(ValueError, match=r"^q is differentiated by a torch.func transform"):
+        torch.func.grad(batched_loss)(q)
+    with pytest.raises(ValueError, match=r"^q is differentiated by a torch.func transform"):
+        torch.func.jvp(lambda x: flashrepro.attention(x, k, v), (q,), (torch.ones_like(q),))
+
+    def loss_in_k(kk: torch.Tensor) -> torch.Tensor:  # q, v are constants of the transform
+        o = torch.vmap(lambda x: flashrepro.attention(x[None], k[:1], v[:1])[0])(q)
+        return o.float().sum() + kk.float().sum()
+
+    assert torch.equal(torch.func.grad(loss_in_k)(k), torch.ones_like(k))

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 import triton
+from torch.autograd.graph import increment_version
 from triton.compiler import CompiledKernel
 from triton.tools.tensor_descriptor import TensorDescriptor
 
@@ -244,8 +245,9 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
     """The plan-cache key of a call, or None where the call must take the full path: inputs
     (or an ``out``) that are not plain dense tensors (or carry a negation bit), flags that are
     not bools, arguments of other types, tensors on neither a GPU nor the interpreter's CPU,
-    inputs that require grad while autograd is on. ``out``'s layout keys the plan; its memory
-    is checked against q, k and v on every call (:meth:`LaunchPlan.out_is_apart`)."""
+    inputs that require grad while autograd is on, tensors without sizes or storage (nested).
+    ``out``'s layout keys the plan; its memory is checked against q, k and v on every call
+    (:meth:`LaunchPlan.out_is_apart`)."""
     tensor = torch.Tensor
     if not (type(q) is tensor and type(k) is tensor and type(v) is tensor
             and causal.__class__ is bool and enable_gqa.__class__ is bool
@@ -260,16 +262,19 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
     if (q.layout is not _STRIDED or k.layout is not _STRIDED or v.layout is not _STRIDED
             or q.is_neg() or k.is_neg() or v.is_neg()):
         return None
-    # Triton specializes each pointer on its own 16-byte alignment: one bit per tensor
-    key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
-           v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
-           k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale, scale.__class__,
-           enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch())
-    if out is None:
-        return key
-    if type(out) is not tensor or out.layout is not _STRIDED or out.is_neg():
+    try:
+        # Triton specializes each pointer on its own 16-byte alignment: one bit per tensor
+        key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
+               v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
+               k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale, scale.__class__,
+               enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch())
+        if out is None:
+            return key
+        if type(out) is not tensor or out.layout is not _STRIDED or out.is_neg():
+            return None
+        return (*key, out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15 == 0)
+    except RuntimeError:  # no sizes or storage (a nested tensor): validation names the rule
         return None
-    return (*key, out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15 == 0)
 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
@@ -278,17 +283,23 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
             out: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The forward pass behind :func:`flashrepro.attention`: validate, launch, return
     (o, lse), lse None unless ``return_lse``. Arguments, shapes, dtypes and errors are
-    :func:`flashrepro.attention`'s."""
+    :func:`flashrepro.attention`'s. A written ``out`` gets its version counter bumped, as by
+    torch's own out= ops, so autograd sees the in-place write (a tensor saved for a backward
+    and overwritten here makes that backward raise instead of computing a wrong gradient)."""
     key = _signature(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse, config,
                      out)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
-        if out is not None and not plan.out_is_apart(out, q, k, v):
-            check_out(out, q, q=q, k=k, v=v)  # the exact rules (and their errors)
+        if out is not None:
+            if not plan.out_is_apart(out, q, k, v):
+                check_out(out, q, q=q, k=k, v=v)  # the exact rules (and their errors)
+            increment_version(out)
         return plan.launch(q, k, v, out)
     o, lse, plan = _forward_full(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
                                  causal_alignment=causal_alignment, return_lse=return_lse,
                                  config=config, out=out)
+    if out is not None:
+        increment_version(out)
     if key is not None and plan is not None:
         if len(_PLANS) >= MAX_PLANS:
             _PLANS.clear()

@@ -15,6 +15,7 @@ from typing import Literal
 import torch
 from triton.runtime.jit import JITFunction
 
+from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.fwd import attn_fwd_kernel
 
 SUPPORTED_DTYPES = (torch.float16, torch.bfloat16)
@@ -22,6 +23,9 @@ MAX_HEAD_DIM = 256
 MAX_PROGRAMS = 2**31 - 1  # CUDA's limit on gridDim.x (one program per head and query block)
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y (the article kernel's B·H)
 INT32_LIMIT = 2**31  # Triton passes an int argument below this as int32, else as int64
+MAX_SCALE = torch.finfo(torch.float32).max / LOG2_E
+"""The largest ``scale``: the kernels take scale·log2(e) as a float32 argument (exp2-based
+softmax), which is infinite beyond this (every output then NaN, even for zero scores)."""
 
 CausalAlignment = Literal["top_left", "bottom_right"]
 
@@ -57,8 +61,8 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     The rules, in the order they are checked:
 
     1. ``causal`` and ``enable_gqa`` are bools (TypeError).
-    2. q, k and v are dense (strided) ``torch.Tensor`` (TypeError) with 4 dims (B, H, L, D)
-       (ValueError), no lazy negation bit (ValueError) and dtype float16 or bfloat16
+    2. q, k and v are dense (strided), not nested ``torch.Tensor`` (TypeError) with 4 dims
+       (B, H, L, D) (ValueError), no lazy negation bit (ValueError) and dtype float16 or bfloat16
        (TypeError); all three share one dtype (TypeError).
     3. q, k and v are on one device (ValueError), and it is a CUDA device, or the CPU when the
        kernels run under Triton's interpreter, see :func:`interpreter_mode`, set before the
@@ -72,8 +76,9 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
        (ValueError).
     8. B·H·cdiv(Lq, 16) <= 2^31 - 1: one program per head and block of 16 or more query rows
        fits CUDA's gridDim.x, also when Lq < 16 (ValueError).
-    9. ``scale`` is None or a real number, not a bool (TypeError), finite and >= 0
-       (ValueError).
+    9. ``scale`` is None or a real number, not a bool (TypeError), finite and >= 0, and at
+       most :data:`MAX_SCALE` (about 2.36e38: scale·log2(e) must be finite in float32, the
+       kernels' scale argument) (ValueError).
     10. ``causal_alignment`` is ``'top_left'`` or ``'bottom_right'`` (ValueError).
 
     Sizes of 0 (B, H, Lq or Lk) are valid; :func:`attention` handles them.
@@ -87,6 +92,7 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        check_not_nested(name, t)
         if t.layout != torch.strided:
             raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}; "
                             f"pass {name}.to_dense()")
@@ -161,7 +167,8 @@ def check_scale_and_alignment(scale: object, causal_alignment: object) -> None:
 
     Raises:
         TypeError: ``scale`` not None or a real number, or a bool.
-        ValueError: ``scale`` not finite or below 0; ``causal_alignment`` not one of the two.
+        ValueError: ``scale`` not finite, below 0 or above :data:`MAX_SCALE`;
+            ``causal_alignment`` not one of the two.
     """
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be None or a real number, got {type(scale).__name__}")
@@ -172,10 +179,26 @@ def check_scale_and_alignment(scale: object, causal_alignment: object) -> None:
             finite = False
         if not finite:
             raise ValueError(f"scale must be a finite number >= 0, got {scale}")
+        if float(scale) > MAX_SCALE:
+            raise ValueError(f"scale must be at most {MAX_SCALE:.6g}, so that scale·log2(e) "
+                             f"is finite in float32 (the kernels' scale argument), got {scale}")
     if causal_alignment not in ("top_left", "bottom_right"):
         raise ValueError("causal_alignment must be 'top_left' (SDPA's is_causal) or "
                          f"'bottom_right', got {causal_alignment!r}")
 
+
+
+def check_not_nested(name: str, t: torch.Tensor) -> None:
+    """Refuse a nested tensor (``torch.nested``, strided or jagged): its rows have their own
+    lengths, which the (B, H, L, D) kernels cannot take.
+
+    Raises:
+        TypeError: ``t`` is nested, naming it as ``name``.
+    """
+    if t.is_nested:
+        raise TypeError(f"{name} must not be a nested tensor (torch.nested, layout "
+                        f"{t.layout}): the kernels take dense (B, H, L, D) tensors; pad it, "
+                        f"e.g. {name}.to_padded_tensor(0.0)")
 
 
 def _overlaps_itself(t: torch.Tensor) -> bool:
