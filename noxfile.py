@@ -6,8 +6,9 @@
 ``nox -s bench``      the L x D x causal sweep (GPU)
 ``nox -s model``      Qwen3-0.6B-shaped prefill tokens/s, eager and compiled (GPU)
 ``nox -s profile``    Nsight Compute executed counts and memory metrics (GPU + ncu)
-``nox -s gate``       a results JSON against its per-GPU baseline (``-- --results PATH``); the
-                      file is only read, the verdict goes to ``--summary``/``--verdict-json``
+``nox -s gate``       judge a results JSON (``-- --results PATH``): rows with a reference twin
+                      by their ratio to it, the others against the per-GPU baseline; the file
+                      is only read, the verdict goes to ``--summary``/``--verdict-json``
 ``nox -s lint``       ruff (+ hadolint, actionlint)
 ``nox -s doctor``     what GPU, driver and software this environment sees
 ``nox -s docker``     build the Docker image, run ``tests`` and ``sass`` inside it (CPU)
@@ -116,7 +117,7 @@ def profile(session: nox.Session) -> None:
 
 @nox.session
 def gate(session: nox.Session) -> None:
-    """Judge a results JSON against its per-GPU baseline (exit 1 regression, 2 none, 3 env)."""
+    """Judge a results JSON by its reference twins, else its per-GPU baseline (docs/gate.md)."""
     _install(session)
     session.run("python", "-m", "flashrepro", "gate", *session.posargs)
 

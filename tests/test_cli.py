@@ -172,6 +172,28 @@ def test_reproduce_out_without_a_gpu_says_nothing_is_written(
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv, require", [(["--gate"], "0"), (["--update-baseline"], "0"),
+                                           ([], "1")])
+def test_reproduce_that_needs_timings_fails_before_compiling_without_a_gpu(
+        argv: list[str], require: str, no_compile: list[int],
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a GPU, --gate, --update-baseline and FLASHREPRO_REQUIRE_GPU=1 fail at once
+    (exit 1, the reason on stderr), not after minutes of SASS compiles; a plain run still
+    prints the SASS table and exits 0."""
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv("FLASHREPRO_RESULTS_DIR", raising=False)
+    monkeypatch.setenv("FLASHREPRO_REQUIRE_GPU", require)
+    assert cli_main(["reproduce", *argv]) == 1
+    captured = capsys.readouterr()
+    assert "timing needs a CUDA GPU (torch sees none), and --gate, --update-baseline and " \
+           "FLASHREPRO_REQUIRE_GPU=1 need the timings: failing" in captured.err
+    assert no_compile == [] and captured.out == ""
+    monkeypatch.setenv("FLASHREPRO_REQUIRE_GPU", "0")
+    assert cli_main(["reproduce"]) == 0
+    assert no_compile == [1] and "sm_90" in capsys.readouterr().out
+
+
 def test_triton_interpret_set_after_import_gets_a_hint() -> None:
     """In a fresh process: import flashrepro, then set TRITON_INTERPRET=1, then call it on
     CPU tensors. Triton alone says '0 active drivers'; validate says what to do."""

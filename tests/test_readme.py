@@ -108,3 +108,34 @@ def test_new_records_and_optional_fields_appear() -> None:
 def test_missing_markers_are_an_error() -> None:
     with pytest.raises(ValueError, match="begin: setup"):
         readme.render("no tables here\n", RESULTS)
+
+
+def test_the_model_header_names_the_range_only_when_a_cell_shows_one() -> None:
+    """A header that promises per-round ranges must not sit over cells without them: rows
+    without round medians (older results) give no range and no promise."""
+    bare = copy.deepcopy(MODEL)
+    for row in bare["rows"]:
+        row.pop("round_medians_ms", None)
+    header = readme.model(bare).splitlines()[0]
+    assert "frepro / best SDPA" in header and "per-round range" not in header
+    assert "(" not in "".join(readme.model(bare).splitlines()[2:])
+    assert "per-round range" in readme.model(MODEL).splitlines()[0]
+
+
+def test_readme_command_says_what_it_checked(tmp_path, capsys) -> None:
+    """--check names the README and both results files, whether the tables match or not, and
+    every option has a help text."""
+    from flashrepro.cli import build_parser, main
+
+    assert main(["readme", "--check"]) == 0
+    assert "match reproduce/results/nvidia-h200/reproduce.json and " \
+           "reproduce/results/nvidia-h200/model.json" in capsys.readouterr().out
+    drifted = tmp_path / "README.md"
+    drifted.write_text(readme.README.read_text().replace("<!-- end: setup -->",
+                                                         "stale\n<!-- end: setup -->"))
+    assert main(["readme", "--check", "--readme", str(drifted)]) == 1
+    out = capsys.readouterr().out
+    assert f"tables in {drifted} differ" in out and "readme --write" in out
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["readme"]
+    assert all(a.help for a in sub._actions), [a.dest for a in sub._actions if not a.help]

@@ -13,6 +13,7 @@ import os
 import platform
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -177,26 +178,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"{GIB_PER_XDIST_WORKER} GiB of GPU memory) and exit")
 
 
+def no_gpu_reason() -> str:
+    """What ``doctor`` says when torch sees no CUDA GPU, with what to do: a CPU build of torch
+    (``torch.version.cuda`` is None) cannot see one at all; a CUDA build may be kept from it by
+    ``CUDA_VISIBLE_DEVICES`` or, in Docker, by a missing ``--gpus all``."""
+    if torch.version.cuda is None:
+        return (f"none (torch {torch.__version__} is a CPU build; on a GPU host install "
+                "requirements/gpu.in, as nox does where nvidia-smi exists)")
+    return (f"none visible to torch (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}; with Docker, run with "
+            "--gpus all and the NVIDIA container toolkit)")
+
+
 def run(args: argparse.Namespace) -> int:
+    """``doctor``: print what :func:`capture` sees, one ``key: value`` line each; returns 0,
+    or 1 with ``--require-gpu`` when no CUDA GPU is visible (the reason also on stderr)."""
     if args.xdist_workers:
         print(xdist_workers())
         return 0
     env = capture()
+    lines: list[tuple[str, Any]] = []
     for key, value in env.items():
         if key == "cpu":
-            for sub, v in value.items():
-                print(f"{'cpu.' + sub:>14}: {v}")
+            lines += [(f"cpu.{sub}", v) for sub, v in value.items()]
         elif key != "gpu":
-            print(f"{key:>14}: {value}")
-    print(f"{'tuned table':>14}: " + (
-        str(TUNED_TABLE) if TUNED_TABLE.exists() else
-        f"none at {TUNED_TABLE}: the default launch uses the per-arch rules (the package "
-        "data flashrepro/tuned.json is missing from this install)"))
+            lines.append((key, value))
+    lines.append(("tuned table", str(TUNED_TABLE) if TUNED_TABLE.exists() else
+                  f"none at {TUNED_TABLE}: the default launch uses the per-arch rules (the "
+                  "package data flashrepro/tuned.json is missing from this install)"))
     if env["gpu"] is None:
-        print(f"{'gpu':>14}: none visible to torch (CUDA_VISIBLE_DEVICES="
-              f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}; with Docker, run with "
-              "--gpus all and the NVIDIA container toolkit)")
-        return 1 if args.require_gpu else 0
-    for key, value in env["gpu"].items():
-        print(f"{'gpu.' + key:>14}: {value}")
+        lines.append(("gpu", no_gpu_reason()))
+    else:
+        lines += [(f"gpu.{key}", value) for key, value in env["gpu"].items()]
+    width = max(len(key) for key, _ in lines)
+    for key, value in lines:
+        print(f"{key:>{width}}: {value}")
+    if env["gpu"] is None and args.require_gpu:
+        print(f"doctor: exit 1, --require-gpu (or FLASHREPRO_REQUIRE_GPU=1) and gpu: "
+              f"{no_gpu_reason()}", file=sys.stderr)
+        return 1
     return 0

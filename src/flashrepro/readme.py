@@ -132,9 +132,8 @@ def model(data: dict[str, Any]) -> str:
     impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
     shapes = list(dict.fromkeys((r["mode"], r["batch"], r["seqlen"]) for r in data["rows"]))
     cell = {(r["mode"], r["batch"], r["seqlen"], r["impl"]): r for r in data["rows"]}
-    headers = ["mode", "B x L", *(f"{i} k tok/s" for i in impls),
-               "frepro / best SDPA (per-round range)", "frepro GPU busy"]
     table = []
+    ranged = False
     for mode, b, length in shapes:
         line = [mode, f"{b} x {length}"]
         for impl in impls:
@@ -147,9 +146,12 @@ def model(data: dict[str, Any]) -> str:
         spread = ratio_round_range(mine, best) if mine else None
         if spread:
             ratio += " ({}-{})".format(*(_num(x, 3) for x in spread))
+            ranged = True
         busy = gpu_busy(mine) if mine else None
         line += [ratio, "" if busy is None else _num(busy, 2)]
         table.append(line)
+    headers = ["mode", "B x L", *(f"{i} k tok/s" for i in impls),  # the range where one is
+               "frepro / best SDPA" + (" (per-round range)" if ranged else ""), "frepro GPU busy"]
     return tabulate(table, headers=headers, tablefmt="github", disable_numparse=True)
 
 
@@ -182,9 +184,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--check", action="store_true", help="exit 1 if the tables drifted")
     group.add_argument("--write", action="store_true", help="rewrite the tables in README.md")
-    parser.add_argument("--readme", type=Path, default=README)
-    parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--model-results", type=Path, default=MODEL_RESULTS)
+    parser.add_argument("--readme", type=Path, default=README,
+                        help=f"the README to check or rewrite (default: {_shown(README)})")
+    parser.add_argument("--results", type=Path, default=RESULTS,
+                        help="reproduce results JSON of the setup, headline and SASS tables "
+                             f"(default: {_shown(RESULTS)})")
+    parser.add_argument("--model-results", type=Path, default=MODEL_RESULTS,
+                        help="model results JSON of the Qwen3 prefill table "
+                             f"(default: {_shown(MODEL_RESULTS)})")
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the repository root where it lies inside it."""
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -196,7 +211,9 @@ def run(args: argparse.Namespace) -> int:
         args.readme.write_text(new)
         return 0
     if new != text:
-        print(f"readme: tables in {args.readme} differ from {args.results}; run "
-              "`python -m flashrepro readme --write`")
+        print(f"readme: tables in {_shown(args.readme)} differ from {_shown(args.results)} and "
+              f"{_shown(args.model_results)}; run `python -m flashrepro readme --write`")
         return 1
+    print(f"readme: the tables in {_shown(args.readme)} match {_shown(args.results)} and "
+          f"{_shown(args.model_results)}")
     return 0

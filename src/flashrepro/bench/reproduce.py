@@ -232,6 +232,13 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
                           reference=reference)
         args.child_json.write_text(json.dumps(records))
         return 0
+    if not torch.cuda.is_available() and (args.gate or args.update_baseline
+                                          or env.require_gpu()):
+        # Refused before the SASS compiles (minutes without a GPU), not after them.
+        print("reproduce: timing needs a CUDA GPU (torch sees none), and --gate, "
+              "--update-baseline and FLASHREPRO_REQUIRE_GPU=1 need the timings: failing "
+              "(without them the run prints the SASS table and exits 0)", file=sys.stderr)
+        return 1
     sass = None
     if not args.no_sass:
         from flashrepro.analysis.sass import sass_report
@@ -244,10 +251,6 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
                   "$FLASHREPRO_RESULTS_DIR): the results files need the timings", file=sys.stderr)
         if sass is not None:
             print(sass["text"])
-        if args.gate or args.update_baseline or env.require_gpu():
-            print("reproduce: --gate/--update-baseline (or FLASHREPRO_REQUIRE_GPU=1) need the "
-                  "timings: failing")
-            return 1
         return 0
     environment = env.capture()
     clocks_before = env.nvml_clocks()

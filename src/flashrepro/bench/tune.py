@@ -158,7 +158,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="candidates to time instead of the default list: labels such as "
                              "'128x64 w8 s3' or '64x64 w4 s3 tma', or names ('article')")
     parser.add_argument("--masks", choices=["full", "causal"], nargs="+",
-                        default=["full", "causal"], help="which problems to time")
+                        default=["full", "causal"],
+                        help="which problems to time: full (no mask), causal (default: both)")
     parser.add_argument("--against-table", action="store_true",
                         help="time each problem's current table entry too (a challenger run: "
                              "--configs against the incumbents, keys missing from the table "
