@@ -278,3 +278,101 @@ def test_the_tracing_check_agrees_with_transformers_is_tracing() -> None:
         return x + (1 if needs_operator(x) else 0) + (2 if is_tracing(x) else 0)
     zeros = torch.zeros(2, dtype=torch.int64)
     assert torch.compile(flags, backend="eager", fullgraph=True)(zeros).tolist() == [3, 3]
+
+
+def tiny_config(**overrides: object) -> transformers.Qwen3Config:
+    """A tiny Qwen3 for the interpreter: GQA 4/2, head_dim 16, hidden 64, 2 layers, vocab 128."""
+    kwargs: dict[str, object] = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
+                                 "num_attention_heads": 4, "num_key_value_heads": 2,
+                                 "head_dim": 16, "max_position_embeddings": 256}
+    kwargs.update(overrides)
+    return small_config(**kwargs)
+
+
+def assert_within_sdpa_noise(ours: torch.Tensor, sdpa: torch.Tensor, ref: torch.Tensor,
+                             dtype: torch.dtype, seed: int) -> None:
+    """Every element of ``ours`` as close to the float32 reference ``ref`` as SDPA's half-precision
+    run is, within a factor 2, plus one rounding unit of ``dtype`` at the reference's scale (the
+    module docstring's bound: SDPA's error is the fp16 noise floor of the whole network)."""
+    assert torch.isfinite(ours).all(), f"seed {seed}"
+    err_ours = (ours - ref).abs().max().item()
+    err_sdpa = (sdpa - ref).abs().max().item()
+    bound = 2 * err_sdpa + torch.finfo(dtype).eps * ref.abs().max().item()
+    assert err_ours <= bound, (f"seed {seed}: max|flashrepro - fp32| = {err_ours:.4g} > "
+                               f"2·max|sdpa - fp32| + eps·max|ref| = {bound:.4g}")
+
+
+def test_compiled_packed_sequences_are_refused() -> None:
+    """Under torch.compile transformers cannot tell whether position_ids restart (packed
+    sequences) and always and-s a packed-sequence term into the causal pattern; restarting
+    position_ids must fail at run time by name, never give logits of one unpacked sequence."""
+    torch._dynamo.reset()
+    seed = fresh_seed()
+    model = build(tiny_config(num_hidden_layers=1), seed, torch.device("cpu"), fr_tf.NAME).half()
+    ids = torch.randint(0, 128, (2, 13), generator=torch.Generator().manual_seed(seed))
+    compiled = torch.compile(lambda x, p: model(x, position_ids=p, use_cache=False).logits,
+                             fullgraph=True, backend="aot_eager")
+    contiguous = torch.arange(13).expand(2, 13)
+    with torch.inference_mode():
+        got = compiled(ids, contiguous).float()  # no restart: runs, the eager frepro answer
+        want = model(ids, position_ids=contiguous, use_cache=False).logits.float()
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"seed {seed}")
+        packed = torch.cat([torch.arange(5), torch.arange(8)]).expand(2, 13)
+        with pytest.raises(RuntimeError, match="packed sequences"):
+            compiled(ids, packed)
+
+
+def test_cross_attention_mask_needs_no_alignment() -> None:
+    """A bidirectional pattern (an encoder, or a decoder's cross-attention onto the encoder)
+    lets every query see every key, wherever the queries sit: L_q != L_k is not refused."""
+    from transformers.masking_utils import bidirectional_mask_function
+    assert fr_tf.mask(2, q_length=1, kv_length=12, mask_function=bidirectional_mask_function,
+                      attention_mask=torch.ones(2, 12, dtype=torch.bool)) is None
+    assert fr_tf.mask(2, q_length=7, kv_length=12, q_offset=3,
+                      mask_function=bidirectional_mask_function) is None
+
+
+def test_encoder_decoder_generate_matches_sdpa(device: torch.device) -> None:
+    """A tiny BART (bidirectional encoder, causal decoder with a cache, cross-attention with
+    L_q != L_k): teacher-forced logits within SDPA's fp16 noise of a float32 eager run, and
+    greedy generation gives SDPA's tokens (up to fp16 near-ties, checked by their margin)."""
+    seed = fresh_seed()
+    config = transformers.BartConfig(
+        vocab_size=128, d_model=64, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+        decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(seed)
+    model = transformers.BartForConditionalGeneration(config).to(device).eval()
+    gen = torch.Generator(device).manual_seed(seed)
+    ids = torch.randint(4, 128, (2, 12), device=device, generator=gen)
+    dec = torch.randint(4, 128, (2, 7), device=device, generator=gen)
+    model.set_attn_implementation("eager")
+    with torch.inference_mode():
+        ref = model(ids, decoder_input_ids=dec).logits.float()
+    model.half()
+    logits, tokens = {}, {}
+    for impl in ("sdpa", fr_tf.NAME):
+        model.set_attn_implementation(impl)
+        with torch.inference_mode():
+            logits[impl] = model(ids, decoder_input_ids=dec).logits.float()
+            tokens[impl] = model.generate(ids, max_new_tokens=4, do_sample=False, num_beams=1,
+                                          output_scores=True, return_dict_in_generate=True)
+    assert_within_sdpa_noise(logits[fr_tf.NAME], logits["sdpa"], ref, torch.float16, seed)
+    assert_same_greedy_tokens(tokens["sdpa"], tokens[fr_tf.NAME], seed)
+
+
+def assert_same_greedy_tokens(sdpa: object, ours: object, seed: int) -> None:
+    """Greedy sequences equal, up to an fp16 near-tie: where they first differ, SDPA's top-2
+    logit margin must be within 4 fp16 rounding units of the top logit (a tie), else fail."""
+    a, b = sdpa.sequences, ours.sequences
+    assert a.shape == b.shape, f"seed {seed}"
+    start = a.shape[1] - len(sdpa.scores)
+    for t, scores in enumerate(sdpa.scores):
+        diff = (a[:, start + t] != b[:, start + t]).nonzero().flatten().tolist()
+        for row in diff:
+            top2 = scores[row].float().topk(2).values
+            tie = 4 * torch.finfo(torch.float16).eps * top2[0].abs().item()
+            assert (top2[0] - top2[1]).item() <= tie, (
+                f"seed {seed}: row {row} step {t}: {b[row].tolist()} != {a[row].tolist()}")
+        if diff:
+            return  # past a tie the continuations may differ legitimately
