@@ -376,3 +376,142 @@ def assert_same_greedy_tokens(sdpa: object, ours: object, seed: int) -> None:
                 f"seed {seed}: row {row} step {t}: {b[row].tolist()} != {a[row].tolist()}")
         if diff:
             return  # past a tie the continuations may differ legitimately
+
+
+def fp32_reference(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The float32 eager logits of ``model``'s weights (the model is left in float16, eager)."""
+    model.float().set_attn_implementation("eager")
+    with torch.inference_mode():
+        ref = model(ids, use_cache=False).logits.float()
+    model.half()
+    return ref
+
+
+def test_generate_with_dynamic_cache_matches_sdpa(device: torch.device) -> None:
+    """Greedy generation through a DynamicCache (prefill L_q = L_k, then L_q = 1 < L_k): SDPA's
+    tokens, up to an fp16 near-tie (``assert_same_greedy_tokens``)."""
+    seed = fresh_seed()
+    config = tiny_config()
+    model = build(config, seed, device, "sdpa").half()
+    ids = torch.randint(0, 128, (2, 12), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    out = {}
+    for impl in ("sdpa", fr_tf.NAME):
+        model.set_attn_implementation(impl)
+        with torch.inference_mode():
+            out[impl] = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False,
+                use_cache=True, past_key_values=transformers.DynamicCache(config=config),
+                output_scores=True, return_dict_in_generate=True)
+    assert_same_greedy_tokens(out["sdpa"], out[fr_tf.NAME], seed)
+
+
+def test_chunked_prefill_matches_sdpa(device: torch.device) -> None:
+    """Prefill in chunks of 5, 6 and 2 tokens through a DynamicCache (L_q > 1 against L_k > L_q:
+    the bottom-right causal alignment), every logit within SDPA's fp16 noise of float32."""
+    seed = fresh_seed()
+    model = build(tiny_config(), seed, device, "sdpa")
+    ids = torch.randint(0, 128, (3, 13), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    ref = fp32_reference(model, ids)
+    outs = {}
+    for impl in ("sdpa", fr_tf.NAME):
+        model.set_attn_implementation(impl)
+        cache, chunks = transformers.DynamicCache(config=model.config), []
+        with torch.inference_mode():
+            for lo, hi in ((0, 5), (5, 11), (11, 13)):
+                chunks.append(model(ids[:, lo:hi], past_key_values=cache, use_cache=True).logits)
+        outs[impl] = torch.cat(chunks, dim=1).float()
+    assert_within_sdpa_noise(outs[fr_tf.NAME], outs["sdpa"], ref, torch.float16, seed)
+
+
+def test_static_cache_generate_is_refused(device: torch.device) -> None:
+    model = build(tiny_config(num_hidden_layers=1), fresh_seed(), device, fr_tf.NAME).half()
+    ids = torch.randint(0, 128, (1, 8), device=device)
+    with torch.inference_mode(), pytest.raises(ValueError, match="unwritten slots"):
+        model.generate(ids, max_new_tokens=2, do_sample=False, cache_implementation="static")
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 1), (4, 4)])
+def test_gqa_ratios_batch_3_match_sdpa(device: torch.device, heads: int, kv_heads: int) -> None:
+    seed = fresh_seed()
+    model = build(tiny_config(num_attention_heads=heads, num_key_value_heads=kv_heads), seed,
+                  device, "sdpa")
+    ids = torch.randint(0, 128, (3, 20), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    ref = fp32_reference(model, ids)
+    sdpa = logits_of(model, "sdpa", torch.float16, ids)
+    ours = logits_of(model, fr_tf.NAME, torch.float16, ids)
+    assert_within_sdpa_noise(ours, sdpa, ref, torch.float16, seed)
+
+
+@pytest.mark.parametrize("module_causal,is_causal,lq,lk", [
+    (False, None, 8, 8), (False, None, 4, 10), (True, False, 8, 8), (True, None, 1, 10)])
+def test_non_causal_attention_forward_matches_sdpa(module_causal: bool, is_causal: bool | None,
+                                                   lq: int, lk: int) -> None:
+    """``is_causal`` from the call, else the module; one query row sees every key. Against
+    ``sdpa_attention_forward`` in float32 on the same fp16 inputs: the kernel accumulates in
+    float32 and rounds the output once to fp16, so each element is within 2 fp16 ulps of the
+    float32 answer (|o| <= max|v|, about 4 for these normals)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    seed = fresh_seed()
+    gen = torch.Generator().manual_seed(seed)
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = module_causal, 2
+    q = torch.randn(2, 4, lq, 16, generator=gen).half()
+    k, v = (torch.randn(2, 2, lk, 16, generator=gen).half() for _ in range(2))
+    want, _ = sdpa_attention_forward(module, q.float(), k.float(), v.float(), None,
+                                     is_causal=is_causal)
+    with torch.inference_mode():
+        got, weights = fr_tf.attention_forward(module, q, k, v, None, is_causal=is_causal)
+    assert weights is None and got.shape == want.shape == (2, lq, 4, 16)
+    tol = 2 * torch.finfo(torch.float16).eps * want.abs().max().item()
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=tol, msg=f"seed {seed}")
+
+
+def test_compiled_prefill_and_decode_match_eager(device: torch.device) -> None:
+    """torch.compile(fullgraph=True, backend="aot_eager") of a prefill and a decode step through
+    a DynamicCache: the op's logits equal the eager frepro path's (the same kernel calls on the
+    same inputs) and are within SDPA's fp16 noise of float32."""
+    seed = fresh_seed()
+    model = build(tiny_config(), seed, device, "sdpa")
+    ids = torch.randint(0, 128, (2, 13), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    ref = fp32_reference(model, ids)
+
+    def step(x: torch.Tensor, cache: transformers.DynamicCache) -> torch.Tensor:
+        return model(x, past_key_values=cache, use_cache=True).logits
+
+    outs = {}
+    for name, impl, fn in (("sdpa", "sdpa", step), ("eager", fr_tf.NAME, step),
+                           ("compiled", fr_tf.NAME, None)):
+        torch._dynamo.reset()
+        model.set_attn_implementation(impl)
+        fn = fn or torch.compile(step, fullgraph=True, backend="aot_eager")
+        cache = transformers.DynamicCache(config=model.config)
+        with torch.inference_mode():
+            outs[name] = torch.cat([fn(ids[:, :12], cache), fn(ids[:, 12:], cache)], 1).float()
+    torch.testing.assert_close(outs["compiled"], outs["eager"], rtol=0, atol=0,
+                               msg=f"seed {seed}")
+    assert_within_sdpa_noise(outs["compiled"], outs["sdpa"], ref, torch.float16, seed)
+
+
+def test_bert_encoder_matches_sdpa(device: torch.device) -> None:
+    """A bidirectional encoder (BERT, module.is_causal False, all-ones attention_mask)."""
+    seed = fresh_seed()
+    config = transformers.BertConfig(
+        vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0)
+    torch.manual_seed(seed)
+    model = transformers.BertModel(config, add_pooling_layer=False).to(device).eval()
+    ids = torch.randint(0, 128, (2, 12), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    mask = torch.ones_like(ids)
+    outs = {}
+    for name, impl, dtype in (("ref", "eager", torch.float32), ("sdpa", "sdpa", torch.float16),
+                              ("ours", fr_tf.NAME, torch.float16)):
+        model.to(dtype).set_attn_implementation(impl)
+        with torch.inference_mode():
+            outs[name] = model(ids, attention_mask=mask).last_hidden_state.float()
+    assert_within_sdpa_noise(outs["ours"], outs["sdpa"], outs["ref"], torch.float16, seed)
