@@ -302,22 +302,23 @@ def assert_within_sdpa_noise(ours: torch.Tensor, sdpa: torch.Tensor, ref: torch.
                                f"2·max|sdpa - fp32| + eps·max|ref| = {bound:.4g}")
 
 
-def test_compiled_packed_sequences_are_refused() -> None:
+def test_compiled_packed_sequences_are_refused(device: torch.device) -> None:
     """Under torch.compile transformers cannot tell whether position_ids restart (packed
     sequences) and always and-s a packed-sequence term into the causal pattern; restarting
     position_ids must fail at run time by name, never give logits of one unpacked sequence."""
     torch._dynamo.reset()
     seed = fresh_seed()
-    model = build(tiny_config(num_hidden_layers=1), seed, torch.device("cpu"), fr_tf.NAME).half()
-    ids = torch.randint(0, 128, (2, 13), generator=torch.Generator().manual_seed(seed))
+    model = build(tiny_config(num_hidden_layers=1), seed, device, fr_tf.NAME).half()
+    ids = torch.randint(0, 128, (2, 13), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
     compiled = torch.compile(lambda x, p: model(x, position_ids=p, use_cache=False).logits,
                              fullgraph=True, backend="aot_eager")
-    contiguous = torch.arange(13).expand(2, 13)
+    contiguous = torch.arange(13, device=device).expand(2, 13)
     with torch.inference_mode():
         got = compiled(ids, contiguous).float()  # no restart: runs, the eager frepro answer
         want = model(ids, position_ids=contiguous, use_cache=False).logits.float()
         torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"seed {seed}")
-        packed = torch.cat([torch.arange(5), torch.arange(8)]).expand(2, 13)
+        packed = torch.cat([torch.arange(5), torch.arange(8)]).to(device).expand(2, 13)
         with pytest.raises(RuntimeError, match="packed sequences"):
             compiled(ids, packed)
 
@@ -447,8 +448,9 @@ def test_gqa_ratios_batch_3_match_sdpa(device: torch.device, heads: int, kv_head
 
 @pytest.mark.parametrize("module_causal,is_causal,lq,lk", [
     (False, None, 8, 8), (False, None, 4, 10), (True, False, 8, 8), (True, None, 1, 10)])
-def test_non_causal_attention_forward_matches_sdpa(module_causal: bool, is_causal: bool | None,
-                                                   lq: int, lk: int) -> None:
+def test_non_causal_attention_forward_matches_sdpa(device: torch.device, module_causal: bool,
+                                                   is_causal: bool | None, lq: int,
+                                                   lk: int) -> None:
     """``is_causal`` from the call, else the module; one query row sees every key. Against
     ``sdpa_attention_forward`` in float32 on the same fp16 inputs: the kernel accumulates in
     float32 and rounds the output once to fp16, so each element is within 2 fp16 ulps of the
@@ -458,8 +460,8 @@ def test_non_causal_attention_forward_matches_sdpa(module_causal: bool, is_causa
     gen = torch.Generator().manual_seed(seed)
     module = torch.nn.Module()
     module.is_causal, module.num_key_value_groups = module_causal, 2
-    q = torch.randn(2, 4, lq, 16, generator=gen).half()
-    k, v = (torch.randn(2, 2, lk, 16, generator=gen).half() for _ in range(2))
+    q = torch.randn(2, 4, lq, 16, generator=gen).half().to(device)
+    k, v = (torch.randn(2, 2, lk, 16, generator=gen).half().to(device) for _ in range(2))
     want, _ = sdpa_attention_forward(module, q.float(), k.float(), v.float(), None,
                                      is_causal=is_causal)
     with torch.inference_mode():
