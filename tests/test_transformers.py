@@ -278,3 +278,242 @@ def test_the_tracing_check_agrees_with_transformers_is_tracing() -> None:
         return x + (1 if needs_operator(x) else 0) + (2 if is_tracing(x) else 0)
     zeros = torch.zeros(2, dtype=torch.int64)
     assert torch.compile(flags, backend="eager", fullgraph=True)(zeros).tolist() == [3, 3]
+
+
+def tiny_config(**overrides: object) -> transformers.Qwen3Config:
+    """A tiny Qwen3 for the interpreter: GQA 4/2, head_dim 16, hidden 64, 2 layers, vocab 128."""
+    kwargs: dict[str, object] = {"vocab_size": 128, "hidden_size": 64, "intermediate_size": 128,
+                                 "num_attention_heads": 4, "num_key_value_heads": 2,
+                                 "head_dim": 16, "max_position_embeddings": 256}
+    kwargs.update(overrides)
+    return small_config(**kwargs)
+
+
+def assert_within_sdpa_noise(ours: torch.Tensor, sdpa: torch.Tensor, ref: torch.Tensor,
+                             dtype: torch.dtype, seed: int) -> None:
+    """Every element of ``ours`` as close to the float32 reference ``ref`` as SDPA's half-precision
+    run is, within a factor 2, plus one rounding unit of ``dtype`` at the reference's scale (the
+    module docstring's bound: SDPA's error is the fp16 noise floor of the whole network)."""
+    assert torch.isfinite(ours).all(), f"seed {seed}"
+    err_ours = (ours - ref).abs().max().item()
+    err_sdpa = (sdpa - ref).abs().max().item()
+    bound = 2 * err_sdpa + torch.finfo(dtype).eps * ref.abs().max().item()
+    assert err_ours <= bound, (f"seed {seed}: max|flashrepro - fp32| = {err_ours:.4g} > "
+                               f"2·max|sdpa - fp32| + eps·max|ref| = {bound:.4g}")
+
+
+def test_compiled_packed_sequences_are_refused(device: torch.device) -> None:
+    """Under torch.compile transformers cannot tell whether position_ids restart (packed
+    sequences) and always and-s a packed-sequence term into the causal pattern; restarting
+    position_ids must fail at run time by name, never give logits of one unpacked sequence."""
+    torch._dynamo.reset()
+    seed = fresh_seed()
+    model = build(tiny_config(num_hidden_layers=1), seed, device, fr_tf.NAME).half()
+    ids = torch.randint(0, 128, (2, 13), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    compiled = torch.compile(lambda x, p: model(x, position_ids=p, use_cache=False).logits,
+                             fullgraph=True, backend="aot_eager")
+    contiguous = torch.arange(13, device=device).expand(2, 13)
+    with torch.inference_mode():
+        got = compiled(ids, contiguous).float()  # no restart: runs, the eager frepro answer
+        want = model(ids, position_ids=contiguous, use_cache=False).logits.float()
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"seed {seed}")
+        packed = torch.cat([torch.arange(5), torch.arange(8)]).to(device).expand(2, 13)
+        with pytest.raises(RuntimeError, match="packed sequences"):
+            compiled(ids, packed)
+
+
+def test_cross_attention_mask_needs_no_alignment() -> None:
+    """A bidirectional pattern (an encoder, or a decoder's cross-attention onto the encoder)
+    lets every query see every key, wherever the queries sit: L_q != L_k is not refused."""
+    from transformers.masking_utils import bidirectional_mask_function
+    assert fr_tf.mask(2, q_length=1, kv_length=12, mask_function=bidirectional_mask_function,
+                      attention_mask=torch.ones(2, 12, dtype=torch.bool)) is None
+    assert fr_tf.mask(2, q_length=7, kv_length=12, q_offset=3,
+                      mask_function=bidirectional_mask_function) is None
+
+
+def test_encoder_decoder_generate_matches_sdpa(device: torch.device) -> None:
+    """A tiny BART (bidirectional encoder, causal decoder with a cache, cross-attention with
+    L_q != L_k): teacher-forced logits within SDPA's fp16 noise of a float32 eager run, and
+    greedy generation gives SDPA's tokens (up to fp16 near-ties, checked by their margin)."""
+    seed = fresh_seed()
+    config = transformers.BartConfig(
+        vocab_size=128, d_model=64, encoder_layers=1, decoder_layers=1,
+        encoder_attention_heads=4, decoder_attention_heads=4, encoder_ffn_dim=128,
+        decoder_ffn_dim=128, max_position_embeddings=64, dropout=0.0, attention_dropout=0.0)
+    torch.manual_seed(seed)
+    model = transformers.BartForConditionalGeneration(config).to(device).eval()
+    gen = torch.Generator(device).manual_seed(seed)
+    ids = torch.randint(4, 128, (2, 12), device=device, generator=gen)
+    dec = torch.randint(4, 128, (2, 7), device=device, generator=gen)
+    model.set_attn_implementation("eager")
+    with torch.inference_mode():
+        ref = model(ids, decoder_input_ids=dec).logits.float()
+    model.half()
+    logits, tokens = {}, {}
+    for impl in ("sdpa", fr_tf.NAME):
+        model.set_attn_implementation(impl)
+        with torch.inference_mode():
+            logits[impl] = model(ids, decoder_input_ids=dec).logits.float()
+            tokens[impl] = model.generate(ids, max_new_tokens=4, do_sample=False, num_beams=1,
+                                          output_scores=True, return_dict_in_generate=True)
+    assert_within_sdpa_noise(logits[fr_tf.NAME], logits["sdpa"], ref, torch.float16, seed)
+    assert_same_greedy_tokens(tokens["sdpa"], tokens[fr_tf.NAME], seed)
+
+
+def assert_same_greedy_tokens(sdpa: object, ours: object, seed: int) -> None:
+    """Greedy sequences equal, up to an fp16 near-tie: where they first differ, SDPA's top-2
+    logit margin must be within 4 fp16 rounding units of the top logit (a tie), else fail."""
+    a, b = sdpa.sequences, ours.sequences
+    assert a.shape == b.shape, f"seed {seed}"
+    start = a.shape[1] - len(sdpa.scores)
+    for t, scores in enumerate(sdpa.scores):
+        diff = (a[:, start + t] != b[:, start + t]).nonzero().flatten().tolist()
+        for row in diff:
+            top2 = scores[row].float().topk(2).values
+            tie = 4 * torch.finfo(torch.float16).eps * top2[0].abs().item()
+            assert (top2[0] - top2[1]).item() <= tie, (
+                f"seed {seed}: row {row} step {t}: {b[row].tolist()} != {a[row].tolist()}")
+        if diff:
+            return  # past a tie the continuations may differ legitimately
+
+
+def fp32_reference(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
+    """The float32 eager logits of ``model``'s weights (the model is left in float16, eager)."""
+    model.float().set_attn_implementation("eager")
+    with torch.inference_mode():
+        ref = model(ids, use_cache=False).logits.float()
+    model.half()
+    return ref
+
+
+def test_generate_with_dynamic_cache_matches_sdpa(device: torch.device) -> None:
+    """Greedy generation through a DynamicCache (prefill L_q = L_k, then L_q = 1 < L_k): SDPA's
+    tokens, up to an fp16 near-tie (``assert_same_greedy_tokens``)."""
+    seed = fresh_seed()
+    config = tiny_config()
+    model = build(config, seed, device, "sdpa").half()
+    ids = torch.randint(0, 128, (2, 12), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    out = {}
+    for impl in ("sdpa", fr_tf.NAME):
+        model.set_attn_implementation(impl)
+        with torch.inference_mode():
+            out[impl] = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=4, do_sample=False,
+                use_cache=True, past_key_values=transformers.DynamicCache(config=config),
+                output_scores=True, return_dict_in_generate=True)
+    assert_same_greedy_tokens(out["sdpa"], out[fr_tf.NAME], seed)
+
+
+def test_chunked_prefill_matches_sdpa(device: torch.device) -> None:
+    """Prefill in chunks of 5, 6 and 2 tokens through a DynamicCache (L_q > 1 against L_k > L_q:
+    the bottom-right causal alignment), every logit within SDPA's fp16 noise of float32."""
+    seed = fresh_seed()
+    model = build(tiny_config(), seed, device, "sdpa")
+    ids = torch.randint(0, 128, (3, 13), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    ref = fp32_reference(model, ids)
+    outs = {}
+    for impl in ("sdpa", fr_tf.NAME):
+        model.set_attn_implementation(impl)
+        cache, chunks = transformers.DynamicCache(config=model.config), []
+        with torch.inference_mode():
+            for lo, hi in ((0, 5), (5, 11), (11, 13)):
+                chunks.append(model(ids[:, lo:hi], past_key_values=cache, use_cache=True).logits)
+        outs[impl] = torch.cat(chunks, dim=1).float()
+    assert_within_sdpa_noise(outs[fr_tf.NAME], outs["sdpa"], ref, torch.float16, seed)
+
+
+def test_static_cache_generate_is_refused(device: torch.device) -> None:
+    model = build(tiny_config(num_hidden_layers=1), fresh_seed(), device, fr_tf.NAME).half()
+    ids = torch.randint(0, 128, (1, 8), device=device)
+    with torch.inference_mode(), pytest.raises(ValueError, match="unwritten slots"):
+        model.generate(ids, max_new_tokens=2, do_sample=False, cache_implementation="static")
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 1), (4, 4)])
+def test_gqa_ratios_batch_3_match_sdpa(device: torch.device, heads: int, kv_heads: int) -> None:
+    seed = fresh_seed()
+    model = build(tiny_config(num_attention_heads=heads, num_key_value_heads=kv_heads), seed,
+                  device, "sdpa")
+    ids = torch.randint(0, 128, (3, 20), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    ref = fp32_reference(model, ids)
+    sdpa = logits_of(model, "sdpa", torch.float16, ids)
+    ours = logits_of(model, fr_tf.NAME, torch.float16, ids)
+    assert_within_sdpa_noise(ours, sdpa, ref, torch.float16, seed)
+
+
+@pytest.mark.parametrize("module_causal,is_causal,lq,lk", [
+    (False, None, 8, 8), (False, None, 4, 10), (True, False, 8, 8), (True, None, 1, 10)])
+def test_non_causal_attention_forward_matches_sdpa(device: torch.device, module_causal: bool,
+                                                   is_causal: bool | None, lq: int,
+                                                   lk: int) -> None:
+    """``is_causal`` from the call, else the module; one query row sees every key. Against
+    ``sdpa_attention_forward`` in float32 on the same fp16 inputs: the kernel accumulates in
+    float32 and rounds the output once to fp16, so each element is within 2 fp16 ulps of the
+    float32 answer (|o| <= max|v|, about 4 for these normals)."""
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+    seed = fresh_seed()
+    gen = torch.Generator().manual_seed(seed)
+    module = torch.nn.Module()
+    module.is_causal, module.num_key_value_groups = module_causal, 2
+    q = torch.randn(2, 4, lq, 16, generator=gen).half().to(device)
+    k, v = (torch.randn(2, 2, lk, 16, generator=gen).half().to(device) for _ in range(2))
+    want, _ = sdpa_attention_forward(module, q.float(), k.float(), v.float(), None,
+                                     is_causal=is_causal)
+    with torch.inference_mode():
+        got, weights = fr_tf.attention_forward(module, q, k, v, None, is_causal=is_causal)
+    assert weights is None and got.shape == want.shape == (2, lq, 4, 16)
+    tol = 2 * torch.finfo(torch.float16).eps * want.abs().max().item()
+    torch.testing.assert_close(got.float(), want, rtol=0, atol=tol, msg=f"seed {seed}")
+
+
+def test_compiled_prefill_and_decode_match_eager(device: torch.device) -> None:
+    """torch.compile(fullgraph=True, backend="aot_eager") of a prefill and a decode step through
+    a DynamicCache: the op's logits equal the eager frepro path's (the same kernel calls on the
+    same inputs) and are within SDPA's fp16 noise of float32."""
+    seed = fresh_seed()
+    model = build(tiny_config(), seed, device, "sdpa")
+    ids = torch.randint(0, 128, (2, 13), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    ref = fp32_reference(model, ids)
+
+    def step(x: torch.Tensor, cache: transformers.DynamicCache) -> torch.Tensor:
+        return model(x, past_key_values=cache, use_cache=True).logits
+
+    outs = {}
+    for name, impl, fn in (("sdpa", "sdpa", step), ("eager", fr_tf.NAME, step),
+                           ("compiled", fr_tf.NAME, None)):
+        torch._dynamo.reset()
+        model.set_attn_implementation(impl)
+        fn = fn or torch.compile(step, fullgraph=True, backend="aot_eager")
+        cache = transformers.DynamicCache(config=model.config)
+        with torch.inference_mode():
+            outs[name] = torch.cat([fn(ids[:, :12], cache), fn(ids[:, 12:], cache)], 1).float()
+    torch.testing.assert_close(outs["compiled"], outs["eager"], rtol=0, atol=0,
+                               msg=f"seed {seed}")
+    assert_within_sdpa_noise(outs["compiled"], outs["sdpa"], ref, torch.float16, seed)
+
+
+def test_bert_encoder_matches_sdpa(device: torch.device) -> None:
+    """A bidirectional encoder (BERT, module.is_causal False, all-ones attention_mask)."""
+    seed = fresh_seed()
+    config = transformers.BertConfig(
+        vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0)
+    torch.manual_seed(seed)
+    model = transformers.BertModel(config, add_pooling_layer=False).to(device).eval()
+    ids = torch.randint(0, 128, (2, 12), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    mask = torch.ones_like(ids)
+    outs = {}
+    for name, impl, dtype in (("ref", "eager", torch.float32), ("sdpa", "sdpa", torch.float16),
+                              ("ours", fr_tf.NAME, torch.float16)):
+        model.to(dtype).set_attn_implementation(impl)
+        with torch.inference_mode():
+            outs[name] = model(ids, attention_mask=mask).last_hidden_state.float()
+    assert_within_sdpa_noise(outs["ours"], outs["sdpa"], outs["ref"], torch.float16, seed)

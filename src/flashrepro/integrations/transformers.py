@@ -75,25 +75,33 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
         mask_function: transformers' mask pattern; only ``causal_mask_function`` and
             ``bidirectional_mask_function`` are accepted (sliding windows, chunked attention,
             packed sequences and or/and masks compose other functions). Under tracing
-            (torch.compile, export) an and-composition is accepted too: transformers adds a
-            packed-sequence term there that it cannot evaluate, so packed sequences
-            (position_ids restarting within a row) are not detected under tracing; sliding
-            windows are still refused by :func:`attention_forward` (``sliding_window``).
+            (torch.compile, export) transformers cannot tell whether position_ids restart and
+            always and-s a packed-sequence term into the pattern: that and-composition is
+            accepted (not one of the caller's own, which transformers builds with
+            ``use_vmap=True``), and the pattern is evaluated on the first key's column and the
+            last query's row (B·(L_q + L_k) elements), which the plain causal or bidirectional
+            pattern sees in full; a hidden element there (packed sequences) fails at run time.
         attention_mask: (B, >= L_k) bool padding mask, or None. All True is no padding.
+        **kwargs: the rest of ``sdpa_mask``'s arguments; ``use_vmap`` and ``device`` are read.
 
     Returns:
         None.
 
     Raises:
-        ValueError: another mask pattern; padding (a False in ``attention_mask``); queries
-            that are not the last L_q of the keys (``q_offset + q_length != kv_offset +
-            kv_length``, e.g. a static cache's unwritten slots), where neither causal
-            alignment of the kernel is the mask transformers means.
+        ValueError: another mask pattern; padding (a False in ``attention_mask``); for a
+            causal pattern, queries that are not the last L_q of the keys (``q_offset +
+            q_length != kv_offset + kv_length``, e.g. a static cache's unwritten slots), where
+            neither causal alignment of the kernel is the mask transformers means. A
+            bidirectional pattern (an encoder; a decoder's cross-attention onto the encoder,
+            L_q != L_k) lets every query see every key and needs no alignment.
+        RuntimeError: under tracing, at run time (a data-dependent check cannot be a Python
+            branch there): padding, or packed sequences (position_ids restarting in a row).
     """
     # Under torch.compile / export transformers cannot check position_ids for packed sequences
     # (masking_utils.find_packed_sequence_indices) and always and-s a packed-sequence term into
     # the pattern; accepted there, as transformers' own flash_attention_mask ignores the pattern.
-    traced_and = is_tracing() and getattr(mask_function, "__name__", "") == "and_mask"
+    traced_and = (is_tracing() and getattr(mask_function, "__name__", "") == "and_mask"
+                  and not kwargs.get("use_vmap", False))
     if mask_function not in (causal_mask_function, bidirectional_mask_function) and not traced_and:
         pattern = getattr(mask_function, "__name__", mask_function)
         raise _refuse("this mask pattern (a sliding window, chunked attention, packed sequences "
@@ -102,7 +110,11 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
         if is_tracing(q_offset):
             raise _refuse("a static cache under tracing (the query offset is a tensor)")
         q_offset = int(q_offset)
-    if q_offset + q_length != kv_offset + kv_length:
+    if traced_and:
+        _assert_no_hidden_key(mask_function, batch_size, q_length, kv_length, q_offset,
+                              kv_offset, kwargs.get("device"))
+    if (mask_function is not bidirectional_mask_function
+            and q_offset + q_length != kv_offset + kv_length):
         raise _refuse(f"queries at positions {q_offset}..{q_offset + q_length - 1} against keys "
                       f"at {kv_offset}..{kv_offset + kv_length - 1} (the queries must be the "
                       "last keys; a static cache's unwritten slots are not)")
@@ -116,6 +128,27 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
             raise _refuse("padding (attention_mask has False entries); pass sequences of equal "
                           "length without padding, or attention_mask=None")
     return None
+
+
+def _assert_no_hidden_key(mask_function: Any, batch_size: int, q_length: int, kv_length: int,
+                          q_offset: int, kv_offset: int, device: torch.device | None) -> None:
+    """Under tracing: assert at run time that ``mask_function`` shows the first key to every
+    query and every key to the last query, as the causal (queries the last keys) and
+    bidirectional patterns do. transformers' packed-sequence term
+    (``masking_utils.packed_sequence_mask_function``: query and key in the same sequence) hides
+    the first key from every query after a restart of position_ids, so this is exactly its
+    check (``find_packed_sequence_indices``: packed iff a row's last sequence index is not 0).
+    Indices broadcast as in ``masking_utils._non_vmap_expansion_sdpa``."""
+    b = torch.arange(batch_size, device=device)[:, None, None, None]
+    h = torch.zeros(1, dtype=torch.long, device=device)[None, :, None, None]
+    q = (torch.arange(q_length, device=device) + q_offset)[None, None, :, None]
+    kv = (torch.arange(kv_length, device=device) + kv_offset)[None, None, None, :]
+    first_key = mask_function(b, h, q, kv[..., :1])
+    last_query = mask_function(b, h, q[..., -1:, :], kv)
+    torch._assert_async(first_key.all() & last_query.all(),
+                        f"attn_implementation={NAME!r}: packed sequences (position_ids "
+                        "restarting within a row) or another mask term hiding keys are not "
+                        "supported under tracing")
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
