@@ -20,7 +20,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from flashrepro.bench.model import best_sdpa, gpu_busy, ratio_round_range
+from flashrepro.bench.model import gpu_busy, ratio_round_ranges
 from flashrepro.env import REPO_ROOT
 from flashrepro.results import REFERENCE_PREFIX
 
@@ -125,13 +125,14 @@ def setup(results: dict[str, Any]) -> str:
 def model(data: dict[str, Any]) -> str:
     """The Qwen3 prefill table: per mode and shape, thousands of tokens/s of each
     implementation and flashrepro's tokens/s over the best SDPA backend's (higher is better),
-    with the range of its per-round ratios (:func:`flashrepro.bench.model.ratio_round_range`,
+    with the range of its per-round ratios (:func:`flashrepro.bench.model.ratio_round_ranges`,
     from the rows' round medians) and the share of frepro's forward the GPU was busy
     (:func:`flashrepro.bench.model.gpu_busy`); an implementation that did not run there is
     blank."""
     impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
     shapes = list(dict.fromkeys((r["mode"], r["batch"], r["seqlen"]) for r in data["rows"]))
     cell = {(r["mode"], r["batch"], r["seqlen"], r["impl"]): r for r in data["rows"]}
+    ranges = ratio_round_ranges(data["rows"])
     table = []
     ranged = False
     for mode, b, length in shapes:
@@ -141,9 +142,7 @@ def model(data: dict[str, Any]) -> str:
             line.append(_num(r["tokens_per_s"] / 1e3, 0) if r else "")
         mine = cell.get((mode, b, length, "frepro")) or {}
         ratio = _num(mine.get("ratio_to_best_sdpa"), 3) if mine else ""
-        best = best_sdpa([r for r in data["rows"] if (r["mode"], r["batch"], r["seqlen"])
-                          == (mode, b, length)])
-        spread = ratio_round_range(mine, best) if mine else None
+        spread = ranges.get((mode, b, length, "frepro"))
         if spread:
             ratio += " ({}-{})".format(*(_num(x, 3) for x in spread))
             ranged = True

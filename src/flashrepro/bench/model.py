@@ -442,7 +442,6 @@ def summarize(mode: str, shape: Shape, round_ms: dict[str, list[float]],
     best = best_sdpa(rows)
     for r in rows:
         r["ratio_to_best_sdpa"] = r["tokens_per_s"] / best["tokens_per_s"] if best else None
-        r["ratio_round_range"] = ratio_round_range(r, best)
     return rows
 
 
@@ -467,6 +466,16 @@ def ratio_round_range(row: dict[str, Any], best: dict[str, Any] | None) -> list[
     return [min(paired), max(paired)]
 
 
+def ratio_round_ranges(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], list[float] | None]:
+    """:func:`ratio_round_range` of every row against the best SDPA backend of its mode and
+    shape, keyed by (mode, batch, seqlen, impl): what the tables show beside each ratio."""
+    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        groups.setdefault((r["mode"], r["batch"], r["seqlen"]), []).append(r)
+    return {(*key, r["impl"]): ratio_round_range(r, best_sdpa(group))
+            for key, group in groups.items() for r in group}
+
+
 def gpu_busy(row: dict[str, Any]) -> float | None:
     """The fraction of a forward's wall time the GPU spent in kernels: the profiled forward's
     kernel µs (``gpu_us``, one stream, so kernels do not overlap) over the row's ms per
@@ -485,13 +494,10 @@ def table(rows: list[dict[str, Any]], fmt: str) -> str:
         label = r.get("attention_kernel", "not profiled")
         return f"{label} (MISMATCH)" if r.get("backend_mismatch") else label
 
-    groups: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
-    for r in rows:
-        groups.setdefault((r["mode"], r["batch"], r["seqlen"]), []).append(r)
-    best = {key: best_sdpa(group) for key, group in groups.items()}
+    ranges = ratio_round_ranges(rows)
 
-    def spread(r: dict[str, Any]) -> str:  # from the round medians, as the README's
-        lo_hi = ratio_round_range(r, best[(r["mode"], r["batch"], r["seqlen"])])
+    def spread(r: dict[str, Any]) -> str:
+        lo_hi = ranges[(r["mode"], r["batch"], r["seqlen"], r["impl"])]
         return "n/a" if not lo_hi else f"{lo_hi[0]:.3f}-{lo_hi[1]:.3f}"
 
     body = [[r["mode"], r["batch"], r["seqlen"], r["impl"], kernel(r), num(r["ms"], ".2f"),
