@@ -68,8 +68,11 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, ca
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                    scale: float | None = None, bottom_right: bool = False) -> torch.Tensor:
     """torch's SDPA on the same inputs (its default backend); key/value heads repeated for GQA,
-    the bottom-right mask as ``torch.nn.attention.bias.causal_lower_right``."""
-    k, v = _repeat_kv(q, k, v)
+    the bottom-right mask as ``torch.nn.attention.bias.causal_lower_right``. The inputs are
+    copied contiguous first: SDPA's CUDA backends refuse a last dimension with a stride
+    ("Input tensor must have contiguous last dimension"), which flashrepro takes."""
+    q = q.contiguous()
+    k, v = (t.contiguous() for t in _repeat_kv(q, k, v))
     if causal and bottom_right:
         with warnings.catch_warnings():  # "will produce NaNs when seq_len_q > seq_len_kv"
             warnings.simplefilter("ignore", UserWarning)

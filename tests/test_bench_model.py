@@ -184,6 +184,7 @@ def test_qwen3_0_6b_config() -> None:
                                                                151936)
 
 
+@pytest.mark.interpreter
 def test_make_forward_each_copy_keeps_its_attention() -> None:
     """Deep copies of one tiny fp16 Qwen3, one per implementation, give the same logits (the
     kernel under the interpreter on the CPU; SDPA's flash backend has a CPU kernel)."""
@@ -258,6 +259,7 @@ CPU_OPS = {"sdpa-cudnn": {"aten._safe_softmax.default"},
            "frepro": {"flashrepro.attention_bshd.default"}}
 
 
+@pytest.mark.interpreter
 def test_regional_compile_one_graph_per_implementation_backend_baked_in(cpu_compile) -> None:
     """Each copy's decoder layers are compiled, not the model; the layers share one graph per
     implementation; each SDPA copy's graph has its own backend even though both run the same

@@ -224,6 +224,7 @@ def test_doctor_reports_the_tuned_table(present: bool, tmp_path, monkeypatch, ca
         assert f"none at {table}" in line and "package data" in line
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize(("config", "block_m"), [(None, 64), ("fa3-ws", 128), ("fa3-ws3", 64)])
 def test_a_table_gluon_entry_that_cannot_run_falls_back(
         monkeypatch: pytest.MonkeyPatch, config: str | None, block_m: int) -> None:
@@ -268,6 +269,7 @@ def test_tune_keeps_the_incumbent_unless_beaten_by_the_margin() -> None:
             build_parser().parse_args(["tune", "--min-gain", bad])
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize(("tile_grid", "programs"), [(False, 132), (True, None)])
 def test_tile_grid_launches_one_program_per_tile(monkeypatch: pytest.MonkeyPatch,
                                                  tile_grid: bool, programs: int | None) -> None:

@@ -16,12 +16,13 @@ from triton.runtime.jit import native_specialize_impl
 
 import flashrepro
 from flashrepro import launch
+from tests.conftest import DEVICE
 from tests.reference import assert_parity, random_qkv
 
 SHAPE = (1, 2, 16, 16)
 
 
-def _qkv(device: torch.device | str = "cpu") -> tuple[torch.Tensor, ...]:
+def _qkv(device: torch.device | str = DEVICE) -> tuple[torch.Tensor, ...]:
     return random_qkv(*SHAPE[:3], SHAPE[2], SHAPE[3], torch.float16, torch.device(device))
 
 
@@ -140,7 +141,7 @@ class TestValidationGaps:
         resolved (``resolve_neg``); the kernel reads the raw memory, so the output is that
         of -q: silently wrong by O(1)."""
         q, k, v = _qkv()
-        other = torch.randn(SHAPE, dtype=torch.float16)
+        other = torch.randn(SHAPE, dtype=torch.float16, device=DEVICE)
         q_neg = torch.complex(other.float(), q.float()).to(torch.complex32).conj().imag
         assert q_neg.is_neg() and q_neg.dtype == torch.float16
         try:
@@ -209,7 +210,7 @@ def test_out_write_bumps_the_version_counter() -> None:
     cached plan, and for ``out=q``."""
     q, k, v = _qkv()
     for out in (torch.empty_like(q), torch.empty_like(q), q):  # first call, plan, out=q
-        x = torch.randn(SHAPE, dtype=torch.float16, requires_grad=True)
+        x = torch.randn(SHAPE, dtype=torch.float16, device=DEVICE, requires_grad=True)
         y = (x * out).sum()  # saves out for the backward
         before = out._version
         flashrepro.attention(q, k, v, out=out)
@@ -280,7 +281,7 @@ def test_subclass_k_v_with_a_plain_q() -> None:
     from torch.testing._internal.two_tensor import TwoTensor
 
     q, k, v = _qkv()
-    k2, v2 = random_qkv(1, 2, 16, 16, 16, torch.float16, torch.device("cpu"))[1:]
+    k2, v2 = random_qkv(1, 2, 16, 16, 16, torch.float16, DEVICE)[1:]
     o = flashrepro.attention(q, TwoTensor(k, k2), TwoTensor(v, v2), causal=True)
     assert isinstance(o, TwoTensor)
     assert_parity(o.a, None, q, k, v, causal=True)
@@ -294,7 +295,7 @@ def test_vmap_goes_through_the_operator() -> None:
     """Under ``torch.vmap`` the inputs are functorch's batched tensors (type torch.Tensor, no
     storage): the eager launch crashed ('Cannot access data pointer of Tensor that doesn't
     have storage'). Batched over q only and over k, v only, checked element-wise."""
-    q, k, v = random_qkv(3, 2, 16, 16, 16, torch.float16, torch.device("cpu"))
+    q, k, v = random_qkv(3, 2, 16, 16, 16, torch.float16, DEVICE)
 
     def one(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return flashrepro.attention(q[None], k[None], v[None], causal=True)[0]
@@ -312,7 +313,7 @@ def test_torch_func_derivatives_are_refused() -> None:
     returned an all-zero gradient or tangent (torch's fallback for an op without a
     derivative formula), silently; eager calls refuse inputs that require grad. Each must
     now raise naming the input; an input the transform does not differentiate still runs."""
-    q, k, v = random_qkv(2, 2, 16, 16, 16, torch.float16, torch.device("cpu"))
+    q, k, v = random_qkv(2, 2, 16, 16, 16, torch.float16, DEVICE)
 
     def attend(x: torch.Tensor) -> torch.Tensor:
         return flashrepro.attention(x[None], k[:1], v[:1])[0]

@@ -283,6 +283,7 @@ def test_article_config_wrong_type(qkv) -> None:
 
 # -- review findings: bf16 under the interpreter, out sharing memory with an input --
 
+@pytest.mark.interpreter
 def test_bfloat16_on_cpu_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(flashrepro.validation, "interpreter_mode", lambda: True)
     q, k, v = random_qkv(1, 2, 8, 8, 16, torch.bfloat16, torch.device("cpu"))

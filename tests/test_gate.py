@@ -730,7 +730,7 @@ def test_the_baseline_path_is_shown_relative_to_the_checkout(tmp_path: Path) -> 
     """Results and summaries name a baseline inside the repository by its path from the root
     (committed results must not carry the absolute path of the machine that made them); one
     outside it by its absolute path."""
-    from flashrepro.bench.reproduce import BASELINE_DIR
+    from flashrepro.results import BASELINE_DIR
 
     outside = check(_run(2), tmp_path / "none")
     assert outside.as_dict()["baseline"] == str(outside.baseline_path)
@@ -780,3 +780,19 @@ def test_host_cost_shown_without_a_baseline(tmp_path: Path) -> None:
     assert verdict.host_cost == [{"record": "flashrepro", "host_us": 12.0, "eager_us": 32.0,
                                   "baseline_host_us": None, "baseline_eager_us": None}]
     assert "Host cost per call" in verdict.markdown
+
+
+@pytest.mark.parametrize("command", ["reproduce", "gate"])
+def test_baseline_dir_default_follows_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path, command: str) -> None:
+    """``--baseline-dir`` defaults to $FLASHREPRO_BASELINE_DIR (a run that gates against a
+    baseline it made on the same machine, through scripts/ci_steps.sh's unchanged steps), else
+    the committed reproduce/baselines."""
+    from flashrepro.cli import build_parser
+    from flashrepro.results import BASELINE_DIR
+
+    extra = ["--results", "x.json"] if command == "gate" else []
+    monkeypatch.delenv("FLASHREPRO_BASELINE_DIR", raising=False)
+    assert build_parser().parse_args([command, *extra]).baseline_dir == BASELINE_DIR
+    monkeypatch.setenv("FLASHREPRO_BASELINE_DIR", str(tmp_path))
+    assert build_parser().parse_args([command, *extra]).baseline_dir == tmp_path

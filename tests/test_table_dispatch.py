@@ -39,6 +39,7 @@ def _tma_addressable(t: torch.Tensor) -> bool:
             and all(s and s * t.element_size() % 16 == 0 for s in t.stride()[:-1]))
 
 
+@pytest.mark.interpreter
 @pytest.mark.parametrize("key", sorted(_tuned_table()))
 def test_default_launch_on_sm90_runs_a_kernel_that_can(monkeypatch: pytest.MonkeyPatch,
                                                        key: str) -> None:

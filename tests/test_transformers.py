@@ -316,6 +316,33 @@ def test_compiled_packed_sequences_are_refused(device: torch.device) -> None:
         packed = torch.cat([torch.arange(5), torch.arange(8)]).to(device).expand(2, 13)
         with pytest.raises(RuntimeError, match="packed sequences"):
             compiled(ids, packed)
+        # The refusal leaves the process usable (on CUDA a device-side assert would not).
+        again = compiled(ids, contiguous).float()
+        torch.testing.assert_close(again, want, rtol=0, atol=0, msg=f"seed {seed}")
+
+
+def test_compiled_padding_is_refused(device: torch.device) -> None:
+    """Under torch.compile the padding check on attention_mask is data-dependent: a mask with
+    a False entry must fail at run time by name (the kernel has no padding mask), and a
+    compiled call after it must still run."""
+    torch._dynamo.reset()
+    seed = fresh_seed()
+    model = build(tiny_config(num_hidden_layers=1), seed, device, fr_tf.NAME).half()
+    ids = torch.randint(0, 128, (2, 13), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    compiled = torch.compile(lambda x, m: model(x, attention_mask=m, use_cache=False).logits,
+                             fullgraph=True, backend="aot_eager")
+    full = torch.ones(2, 13, dtype=torch.long, device=device)
+    padded = full.clone()
+    padded[1, :4] = 0  # left padding in the second row
+    with torch.inference_mode():
+        want = model(ids, attention_mask=full, use_cache=False).logits.float()
+        got = compiled(ids, full).float()
+        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"seed {seed}")
+        with pytest.raises(RuntimeError, match="padding tokens"):
+            compiled(ids, padded)
+        again = compiled(ids, full).float()
+        torch.testing.assert_close(again, want, rtol=0, atol=0, msg=f"seed {seed}")
 
 
 def test_cross_attention_mask_needs_no_alignment() -> None:

@@ -17,7 +17,8 @@ cp -r reproduce/baselines "$W/baselines"  # the new baseline goes there, not int
 PYTHONPATH=$PWD/src timeout 120 python3 -m flashrepro reproduce --no-sass --out "$W/base" \
   --update-baseline --baseline-dir "$W/baselines" "${REPRODUCE_SMOKE[@]}" > "$W/base/reproduce.txt" 2>&1
 echo "baseline run rc=$? [$(($(date +%s) - start)) s]"; head -19 "$W/base/reproduce.txt"
-OUT=$W/ci timeout 360 bash scripts/ci_steps.sh > "$W/ci_steps.log" 2>&1
+# the gate step judges against the baseline just made, on this machine
+OUT=$W/ci FLASHREPRO_BASELINE_DIR=$W/baselines timeout 360 bash scripts/ci_steps.sh > "$W/ci_steps.log" 2>&1
 echo "ci_steps rc=$? [$(($(date +%s) - start)) s]"
 grep -E " passed| failed|rc=|exit [0-9]|Warning" "$W/ci_steps.log" | tail -12
 grep -E "^### " "$W/ci/summary.md"

@@ -22,6 +22,15 @@ REFERENCE_PREFIX = "reference:"
 (:mod:`flashrepro.bench.reference`); the gate pairs the two (docs/gate.md)."""
 
 
+def baseline_dir() -> Path:
+    """The root of the per-GPU baselines when ``--baseline-dir`` is not given:
+    $FLASHREPRO_BASELINE_DIR, else reproduce/baselines (a run that makes its own baseline on the
+    machine that is then gated, as the lab's host-time rerun does, points both commands there)."""
+    if os.environ.get("FLASHREPRO_BASELINE_DIR"):
+        return Path(os.environ["FLASHREPRO_BASELINE_DIR"])
+    return BASELINE_DIR
+
+
 def results_dir(out: Path | None, gpu_key: str) -> Path:
     """Where results go: ``--out``, else $FLASHREPRO_RESULTS_DIR, else reproduce/results/<gpu>."""
     if out is not None:

@@ -45,7 +45,7 @@ from flashrepro.bench.timing import (
 )
 from flashrepro.configs import MMA_V3_ARCHS, default_config, launch_arch
 from flashrepro.report import reproduce_markdown, reproduce_table, write_summary
-from flashrepro.results import BASELINE_DIR, RESULTS_SCHEMA, results_dir
+from flashrepro.results import RESULTS_SCHEMA, baseline_dir, results_dir
 
 SCHEMA = RESULTS_SCHEMA
 NON_CAUSAL = " (non-causal)"
@@ -186,9 +186,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "docs/gate.md)")
     parser.add_argument("--update-baseline", action="store_true",
                         help="make this run the baseline of its GPU (appends to its history)")
-    parser.add_argument("--baseline-dir", type=Path, default=BASELINE_DIR,
+    parser.add_argument("--baseline-dir", type=Path, default=baseline_dir(),
                         help="folder of per-GPU baselines for --gate and --update-baseline "
-                             "(default reproduce/baselines)")
+                             "(default $FLASHREPRO_BASELINE_DIR or reproduce/baselines)")
     parser.add_argument("--reference-src", type=Path, default=None, metavar="DIR",
                         help="the src folder of another flashrepro checkout (a PR's base, a "
                              "push's parent): its flashrepro rows are timed beside this one's "

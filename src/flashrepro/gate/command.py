@@ -17,6 +17,7 @@ from pathlib import Path
 from flashrepro.gate.check import ExitCode, Verdict, check, update_baseline
 from flashrepro.outputs import OutputError, output_file, write_text
 from flashrepro.report import write_summary
+from flashrepro.results import baseline_dir
 
 
 def _fraction(name: str, low: float, high: float, closed_low: bool):
@@ -40,8 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--update-baseline, several runs (each its own process) are pooled "
                              "into one baseline. Only read, never modified (the verdict goes to "
                              "--verdict-json)")
-    parser.add_argument("--baseline-dir", type=Path, default=Path("reproduce/baselines"),
-                        help="root of the per-GPU baselines (default: reproduce/baselines)")
+    parser.add_argument("--baseline-dir", type=Path, default=baseline_dir(),
+                        help="root of the per-GPU baselines (default: $FLASHREPRO_BASELINE_DIR "
+                             "or reproduce/baselines)")
     parser.add_argument("--update-baseline", action="store_true",
                         help="make this run the baseline (history kept and appended); exit 0")
     parser.add_argument("--threshold", type=_fraction("--threshold", 0, 1, True), default=None,

@@ -122,7 +122,7 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
         padding = attention_mask[:, -kv_length:]
         if is_tracing(padding):
             # A data-dependent check cannot be a Python branch under torch.compile / export.
-            torch._assert_async(padding.all(), f"attn_implementation={NAME!r}: padding tokens "
+            _assert_at_run_time(padding.all(), f"attn_implementation={NAME!r}: padding tokens "
                                 "in attention_mask are not supported")
         elif padding.shape[-1] != kv_length or not bool(padding.all()):
             raise _refuse("padding (attention_mask has False entries); pass sequences of equal "
@@ -145,10 +145,22 @@ def _assert_no_hidden_key(mask_function: Any, batch_size: int, q_length: int, kv
     kv = (torch.arange(kv_length, device=device) + kv_offset)[None, None, None, :]
     first_key = mask_function(b, h, q, kv[..., :1])
     last_query = mask_function(b, h, q[..., -1:, :], kv)
-    torch._assert_async(first_key.all() & last_query.all(),
+    _assert_at_run_time(first_key.all() & last_query.all(),
                         f"attn_implementation={NAME!r}: packed sequences (position_ids "
                         "restarting within a row) or another mask term hiding keys are not "
                         "supported under tracing")
+
+
+def _assert_at_run_time(condition: torch.Tensor, message: str) -> None:
+    """Raise ``RuntimeError(message)`` when the traced boolean ``condition`` is False at run time.
+
+    The condition is copied to the CPU first (one device-to-host sync, once per traced forward:
+    transformers builds the mask once per model call). ``torch._assert_async`` on a CUDA tensor
+    is a device-side assert instead: no message, and the process's CUDA context is lost for
+    every later call (``CUDA error: device-side assert triggered``), eagerly and under
+    aot_eager and inductor alike; on a CPU tensor it raises the message, in graphs too
+    (lab/2026-12-01-compiled-mask-checks/)."""
+    torch._assert_async(condition.cpu(), message)
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
