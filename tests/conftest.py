@@ -78,4 +78,4 @@ ON_EACH_MACHINE = [
     pytest.param("cuda", marks=pytest.mark.gpu),
 ]
 """Fixture params for tests that run on the CPU under the interpreter in CI and on the GPU in
-the GPU job's ``-m gpu`` suite (where an unmarked test would be deselected)."""
+``-m gpu`` runs (where an unmarked test would be deselected; the GPU job runs the whole suite)."""
