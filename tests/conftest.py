@@ -39,7 +39,7 @@ if not HAS_GPU:
 REQUIRE_GPU = os.environ.get("FLASHREPRO_REQUIRE_GPU", "0") == "1"
 DEVICE = torch.device("cuda" if HAS_GPU else "cpu")
 """Where a test that runs on either machine puts its tensors: the GPU, else the CPU under the
-interpreter (the ``device`` fixture's value, for module-level helpers)."""
+interpreter (the ``device`` fixture's value, for module-level functions)."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
