@@ -126,6 +126,8 @@ def test_the_cli_refuses_a_missing_reference_without_a_gpu(
     assert "--reference-src must be the src folder" in capsys.readouterr().err
 
 
+@pytest.mark.skipif(shutil.which("git") is None,
+                    reason="needs the git program (the Docker image has none)")
 def test_a_copy_inside_another_repository_does_not_take_its_commit(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A reference copied (untracked) into some git work tree, the running one say: that
