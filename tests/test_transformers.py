@@ -345,6 +345,22 @@ def test_compiled_padding_is_refused(device: torch.device) -> None:
         torch.testing.assert_close(again, want, rtol=0, atol=0, msg=f"seed {seed}")
 
 
+@pytest.mark.parametrize("capturing", [False, True])
+def test_run_time_check_copies_to_the_host_unless_capturing(monkeypatch: pytest.MonkeyPatch,
+                                                           capturing: bool) -> None:
+    """The run-time refusal asserts on a host copy of its condition (on CUDA an assert on the
+    device has no message and loses the CUDA context), except during an eager CUDA-graph
+    capture, where a host copy is illegal and the assert stays on the device to be captured.
+    A meta tensor stands for the device tensor: it cannot be copied to the host, so the
+    recorded device shows which path ran (capture simulated: transformers' check patched)."""
+    seen = []
+    monkeypatch.setattr(fr_tf, "is_cuda_stream_capturing", lambda: capturing)
+    monkeypatch.setattr(torch, "_assert_async", lambda cond, msg: seen.append(cond.device.type))
+    monkeypatch.setattr(torch.Tensor, "cpu", lambda t: torch.ones((), dtype=torch.bool))
+    fr_tf._assert_at_run_time(torch.ones((), dtype=torch.bool, device="meta"), "message")
+    assert seen == (["meta"] if capturing else ["cpu"])
+
+
 def test_cross_attention_mask_needs_no_alignment() -> None:
     """A bidirectional pattern (an encoder, or a decoder's cross-attention onto the encoder)
     lets every query see every key, wherever the queries sit: L_q != L_k is not refused."""

@@ -31,7 +31,7 @@ from transformers.masking_utils import (
     bidirectional_mask_function,
     causal_mask_function,
 )
-from transformers.utils.import_utils import is_tracing
+from transformers.utils.import_utils import is_cuda_stream_capturing, is_tracing
 
 import flashrepro
 from flashrepro import ops
@@ -154,13 +154,23 @@ def _assert_no_hidden_key(mask_function: Any, batch_size: int, q_length: int, kv
 def _assert_at_run_time(condition: torch.Tensor, message: str) -> None:
     """Raise ``RuntimeError(message)`` when the traced boolean ``condition`` is False at run time.
 
-    The condition is copied to the CPU first (one device-to-host sync, once per traced forward:
-    transformers builds the mask once per model call). ``torch._assert_async`` on a CUDA tensor
-    is a device-side assert instead: no message, and the process's CUDA context is lost for
-    every later call (``CUDA error: device-side assert triggered``), eagerly and under
-    aot_eager and inductor alike; on a CPU tensor it raises the message, in graphs too
-    (lab/2026-12-01-compiled-mask-checks/)."""
-    torch._assert_async(condition.cpu(), message)
+    The condition is copied to the CPU first (one device-to-host sync per mask transformers
+    builds: one per decoder forward, up to three for an encoder-decoder).
+    ``torch._assert_async`` on a CUDA tensor is a device-side assert instead: no message, and
+    the process's CUDA context is lost for every later call (``CUDA error: device-side assert
+    triggered``), eagerly and under aot_eager and inductor alike; on a CPU tensor it raises the
+    message, in graphs too (lab/2026-12-01-compiled-mask-checks/).
+
+    An eager call during a CUDA-graph capture (``torch.cuda.graph``; transformers' ``is_tracing``
+    is True there too, and without a cache or attention_mask it adds the packed-sequence term
+    for position_ids it made itself) cannot copy to the host: a sync is illegal in a capture.
+    There the check stays on the device, where it is captured with the graph: a replay whose
+    inputs violate it ends in the device-side assert above. Refusing the capture instead would
+    refuse valid inputs (an all-ones mask, position_ids that do not restart)."""
+    if not torch.compiler.is_compiling() and is_cuda_stream_capturing():
+        torch._assert_async(condition, message)
+    else:
+        torch._assert_async(condition.cpu(), message)
 
 
 def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
