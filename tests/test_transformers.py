@@ -361,6 +361,26 @@ def test_run_time_check_copies_to_the_host_unless_capturing(monkeypatch: pytest.
     assert seen == (["meta"] if capturing else ["cpu"])
 
 
+def test_padding_is_read_from_the_keys_columns() -> None:
+    """The padding check reads the columns transformers reads for the keys (kv_offset on, a
+    short mask padded with False): a False past the keys' columns is no padding, a mask shorter
+    than the keys is (it took the last L_k columns, so the first case was refused and a short
+    all-ones mask passed under torch.compile)."""
+    ones = torch.ones(2, 14, dtype=torch.bool)
+    trailing = ones.clone()
+    trailing[:, 12:] = False  # columns of no key: kv_length 12 from kv_offset 0
+    assert fr_tf.mask(2, q_length=4, kv_length=12, q_offset=8, attention_mask=trailing) is None
+    with pytest.raises(ValueError, match="padding"):
+        fr_tf.mask(2, q_length=4, kv_length=12, q_offset=8, attention_mask=ones[:, :10])
+    traced = torch.compile(lambda m: fr_tf.mask(2, q_length=4, kv_length=12, q_offset=8,
+                                                attention_mask=m), fullgraph=True,
+                           backend="aot_eager")
+    torch._dynamo.reset()
+    assert traced(ones[:, :12]) is None
+    with pytest.raises(RuntimeError, match="padding tokens"):
+        traced(ones[:, :10])
+
+
 def test_cross_attention_mask_needs_no_alignment() -> None:
     """A bidirectional pattern (an encoder, or a decoder's cross-attention onto the encoder)
     lets every query see every key, wherever the queries sit: L_q != L_k is not refused."""

@@ -30,6 +30,7 @@ from transformers.masking_utils import (
     AttentionMaskInterface,
     bidirectional_mask_function,
     causal_mask_function,
+    prepare_padding_mask,
 )
 from transformers.utils.import_utils import is_cuda_stream_capturing, is_tracing
 
@@ -81,7 +82,9 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
             ``use_vmap=True``), and the pattern is evaluated on the first key's column and the
             last query's row (B·(L_q + L_k) elements), which the plain causal or bidirectional
             pattern sees in full; a hidden element there (packed sequences) fails at run time.
-        attention_mask: (B, >= L_k) bool padding mask, or None. All True is no padding.
+        attention_mask: (B, N) bool or integer padding mask over key positions, or None. The
+            keys are its columns kv_offset .. kv_offset + L_k - 1, and a column past N counts
+            as padding (transformers' ``prepare_padding_mask``); all True there is no padding.
         **kwargs: the rest of ``sdpa_mask``'s arguments; ``use_vmap`` and ``device`` are read.
 
     Returns:
@@ -119,12 +122,15 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
                       f"at {kv_offset}..{kv_offset + kv_length - 1} (the queries must be the "
                       "last keys; a static cache's unwritten slots are not)")
     if attention_mask is not None:
-        padding = attention_mask[:, -kv_length:]
+        # The keys' columns as transformers reads them: kv_offset on, a short mask padded with
+        # False (masking_utils.prepare_padding_mask), so a missing column is a padded key.
+        padding = prepare_padding_mask(attention_mask, kv_length, kv_offset)
+        padding = padding[:, kv_offset:kv_offset + kv_length]
         if is_tracing(padding):
             # A data-dependent check cannot be a Python branch under torch.compile / export.
             _assert_at_run_time(padding.all(), f"attn_implementation={NAME!r}: padding tokens "
                                 "in attention_mask are not supported")
-        elif padding.shape[-1] != kv_length or not bool(padding.all()):
+        elif not bool(padding.all()):
             raise _refuse("padding (attention_mask has False entries); pass sequences of equal "
                           "length without padding, or attention_mask=None")
     return None
