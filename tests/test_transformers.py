@@ -297,51 +297,44 @@ def assert_within_sdpa_noise(ours: torch.Tensor, sdpa: torch.Tensor, ref: torch.
                                f"2·max|sdpa - fp32| + eps·max|ref| = {bound:.4g}")
 
 
-def test_compiled_packed_sequences_are_refused(device: torch.device) -> None:
-    """Under torch.compile transformers cannot tell whether position_ids restart (packed
-    sequences) and always and-s a packed-sequence term into the causal pattern; restarting
-    position_ids must fail at run time by name, never give logits of one unpacked sequence."""
-    torch._dynamo.reset()
-    seed = fresh_seed()
-    model = build(tiny_config(num_hidden_layers=1), seed, device, fr_tf.NAME).half()
-    ids = torch.randint(0, 128, (2, 13), device=device,
-                        generator=torch.Generator(device).manual_seed(seed))
-    compiled = torch.compile(lambda x, p: model(x, position_ids=p, use_cache=False).logits,
-                             fullgraph=True, backend="aot_eager")
-    contiguous = torch.arange(13, device=device).expand(2, 13)
-    with torch.inference_mode():
-        got = compiled(ids, contiguous).float()  # no restart: runs, the eager frepro answer
-        want = model(ids, position_ids=contiguous, use_cache=False).logits.float()
-        torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"seed {seed}")
+def _run_time_refusal_inputs(keyword: str, device: torch.device
+                             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """A valid and a refused value of ``keyword`` for a (2, 13) batch: position_ids that count
+    on and ones that restart (packed sequences); an all-ones attention_mask and one with left
+    padding in the second row."""
+    if keyword == "position_ids":
         packed = torch.cat([torch.arange(5), torch.arange(8)]).to(device).expand(2, 13)
-        with pytest.raises(RuntimeError, match="packed sequences"):
-            compiled(ids, packed)
-        # The refusal leaves the process usable (on CUDA a device-side assert would not).
-        again = compiled(ids, contiguous).float()
-        torch.testing.assert_close(again, want, rtol=0, atol=0, msg=f"seed {seed}")
-
-
-def test_compiled_padding_is_refused(device: torch.device) -> None:
-    """Under torch.compile the padding check on attention_mask is data-dependent: a mask with
-    a False entry must fail at run time by name (the kernel has no padding mask), and a
-    compiled call after it must still run."""
-    torch._dynamo.reset()
-    seed = fresh_seed()
-    model = build(tiny_config(num_hidden_layers=1), seed, device, fr_tf.NAME).half()
-    ids = torch.randint(0, 128, (2, 13), device=device,
-                        generator=torch.Generator(device).manual_seed(seed))
-    compiled = torch.compile(lambda x, m: model(x, attention_mask=m, use_cache=False).logits,
-                             fullgraph=True, backend="aot_eager")
+        return torch.arange(13, device=device).expand(2, 13), packed
     full = torch.ones(2, 13, dtype=torch.long, device=device)
     padded = full.clone()
-    padded[1, :4] = 0  # left padding in the second row
+    padded[1, :4] = 0
+    return full, padded
+
+
+@pytest.mark.parametrize(("keyword", "message"), [("position_ids", "packed sequences"),
+                                                  ("attention_mask", "padding tokens")])
+def test_compiled_run_time_refusals(device: torch.device, keyword: str, message: str) -> None:
+    """Under torch.compile transformers cannot tell whether position_ids restart (packed
+    sequences; it always and-s a packed-sequence term into the causal pattern), and the padding
+    check on attention_mask depends on the data: restarting position_ids or a mask with a False
+    entry must fail at run time by name, never give the logits of an unmasked batch, and a
+    compiled call after the refusal must still give the eager answer (on CUDA a device-side
+    assert would leave the process unusable)."""
+    torch._dynamo.reset()
+    seed = fresh_seed()
+    model = build(tiny_config(num_hidden_layers=1), seed, device, fr_tf.NAME).half()
+    ids = torch.randint(0, 128, (2, 13), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    compiled = torch.compile(lambda x, a: model(x, use_cache=False, **{keyword: a}).logits,
+                             fullgraph=True, backend="aot_eager")
+    valid, refused = _run_time_refusal_inputs(keyword, device)
     with torch.inference_mode():
-        want = model(ids, attention_mask=full, use_cache=False).logits.float()
-        got = compiled(ids, full).float()
+        want = model(ids, use_cache=False, **{keyword: valid}).logits.float()
+        got = compiled(ids, valid).float()
         torch.testing.assert_close(got, want, rtol=0, atol=0, msg=f"seed {seed}")
-        with pytest.raises(RuntimeError, match="padding tokens"):
-            compiled(ids, padded)
-        again = compiled(ids, full).float()
+        with pytest.raises(RuntimeError, match=message):
+            compiled(ids, refused)
+        again = compiled(ids, valid).float()
         torch.testing.assert_close(again, want, rtol=0, atol=0, msg=f"seed {seed}")
 
 
