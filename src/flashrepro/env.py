@@ -206,15 +206,16 @@ def run(args: argparse.Namespace) -> int:
     lines.append(("tuned table", str(TUNED_TABLE) if TUNED_TABLE.exists() else
                   f"none at {TUNED_TABLE}: the default launch uses the per-arch rules (the "
                   "package data flashrepro/tuned.json is missing from this install)"))
-    if env["gpu"] is None:
-        lines.append(("gpu", no_gpu_reason()))
+    reason = no_gpu_reason() if env["gpu"] is None else None
+    if reason is not None:
+        lines.append(("gpu", reason))
     else:
         lines += [(f"gpu.{key}", value) for key, value in env["gpu"].items()]
     width = max(len(key) for key, _ in lines)
     for key, value in lines:
         print(f"{key:>{width}}: {value}")
-    if env["gpu"] is None and args.require_gpu:
-        print(f"doctor: exit 1, --require-gpu (or FLASHREPRO_REQUIRE_GPU=1) and gpu: "
-              f"{no_gpu_reason()}", file=sys.stderr)
+    if reason is not None and args.require_gpu:
+        print(f"doctor: exit 1, --require-gpu (or FLASHREPRO_REQUIRE_GPU=1) and gpu: {reason}",
+              file=sys.stderr)
         return 1
     return 0
