@@ -77,7 +77,7 @@ ARG VERSION=""
 ARG REVISION=""
 ARG CREATED=""
 ARG SOURCE=""
-# The source tree has no .git: results JSON take their git commit from here (flashrepro.env).
+# The source tree has no .git: results JSON take their git commit from here (flashrepro_harness.env).
 ENV FLASHREPRO_GIT_COMMIT=${REVISION}
 LABEL org.opencontainers.image.title="flashrepro" \
       org.opencontainers.image.description="Triton FlashAttention-2 forward kernel: timings vs torch and SASS counts, reproduced" \

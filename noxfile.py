@@ -83,50 +83,50 @@ def tests(session: nox.Session) -> None:
 @nox.session
 def sass(session: nox.Session) -> None:
     """Compile for sm_80/86/89/90 (+ mma.sync on sm_90), count SASS, check the golden file."""
-    _install(session)
-    session.run("python", "-m", "flashrepro", "sass", *session.posargs)
+    _install(session, "harness")
+    session.run("python", "-m", "flashrepro_harness", "sass", *session.posargs)
 
 
 @nox.session
 def reproduce(session: nox.Session) -> None:
     """The article run: timings vs torch SDPA on a GPU, the SASS table everywhere."""
     _install(session, "plot")
-    session.run("python", "-m", "flashrepro", "reproduce", *session.posargs)
+    session.run("python", "-m", "flashrepro_harness", "reproduce", *session.posargs)
 
 
 @nox.session
 def bench(session: nox.Session) -> None:
     """Sweep L x D x causal x dtype against torch's backends; table and plot (GPU)."""
     _install(session, "plot")
-    session.run("python", "-m", "flashrepro", "bench", *session.posargs)
+    session.run("python", "-m", "flashrepro_harness", "bench", *session.posargs)
 
 
 @nox.session
 def model(session: nox.Session) -> None:
     """Qwen3-0.6B-shaped prefill tokens/s, eager and compiled, vs SDPA and FA4 (GPU)."""
     _install(session, "plot", "models")
-    session.run("python", "-m", "flashrepro", "model", *session.posargs)
+    session.run("python", "-m", "flashrepro_harness", "model", *session.posargs)
 
 
 @nox.session
 def profile(session: nox.Session) -> None:
     """Nsight Compute: executed instruction counts, DRAM bytes, bank conflicts (GPU + ncu)."""
-    _install(session)
-    session.run("python", "-m", "flashrepro", "profile", *session.posargs)
+    _install(session, "harness")
+    session.run("python", "-m", "flashrepro_harness", "profile", *session.posargs)
 
 
 @nox.session
 def gate(session: nox.Session) -> None:
     """Judge a results JSON by its reference twins, else its per-GPU baseline (docs/gate.md)."""
-    _install(session)
-    session.run("python", "-m", "flashrepro", "gate", *session.posargs)
+    _install(session, "harness")
+    session.run("python", "-m", "flashrepro_harness", "gate", *session.posargs)
 
 
 @nox.session
 def doctor(session: nox.Session) -> None:
     """Report GPU, driver, CUDA, torch and triton; ``-- --require-gpu`` fails without a GPU."""
-    _install(session)
-    session.run("python", "-m", "flashrepro", "doctor", *session.posargs)
+    _install(session, "harness")
+    session.run("python", "-m", "flashrepro_harness", "doctor", *session.posargs)
 
 
 @nox.session

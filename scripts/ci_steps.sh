@@ -38,10 +38,10 @@ if ! command -v python >/dev/null; then
 fi
 
 # step: doctor (fails when no GPU is visible)
-in-image python3 -m flashrepro doctor --require-gpu
+in-image python3 -m flashrepro_harness doctor --require-gpu
 
 # step: Test suite on the GPU (every test a GPU host runs; pytest-xdist, a worker per CPU core, at most one per 8 GiB of GPU memory)
-workers=$(in-image python3 -m flashrepro doctor --xdist-workers)
+workers=$(in-image python3 -m flashrepro_harness doctor --xdist-workers)
 in-image python3 -m nox --no-venv -s tests -- -n "$workers"
 
 # step: Executed-count SASS check (Nsight Compute; skips where ncu is absent)

@@ -8,17 +8,17 @@ with 2 workers and the baseline in the parent, took 67 s):
 Steps, all at the article config (``reproduce/article.toml``):
 
 1. Spread of the timing methods: ``--repeats`` repeats of the median per-call time of
-   flashrepro and torch-flash by ``events`` (:func:`flashrepro.bench.timing.time_calls`, L2
-   flushed, 100 calls) and ``graph`` (:func:`~flashrepro.bench.timing.time_graph`, hot L2);
+   flashrepro and torch-flash by ``events`` (:func:`flashrepro_harness.bench.timing.time_calls`, L2
+   flushed, 100 calls) and ``graph`` (:func:`~flashrepro_harness.bench.timing.time_graph`, hot L2);
    CV of the medians and of their ratio.
-2. Calibrate the slowdown hook (:mod:`flashrepro.gate.inject`) for 3 % and 5 %.
+2. Calibrate the slowdown hook (:mod:`flashrepro_harness.gate.inject`) for 3 % and 5 %.
 3. Baseline: ``--baseline-runs`` runs (``--rounds`` interleaved rounds of flashrepro with the
    hook at 0 and torch-flash, ``--calls`` calls each per round), each in a fresh process,
-   pooled with :func:`flashrepro.gate.update_baseline` into ``$OUT/baselines``.
+   pooled with :func:`flashrepro_harness.gate.update_baseline` into ``$OUT/baselines``.
 4. Gate runs: ``--runs`` each of A/A (hook at 0), +3 % and +5 %, every run a fresh measurement
-   judged by :func:`flashrepro.gate.check` against that baseline at each of ``--thresholds``.
-   They run in ``--workers`` fresh processes (in turn, never at once), so process-to-process
-   variance is in the figures; scenarios are interleaved in time.
+   judged by :func:`flashrepro_harness.gate.check` against that baseline at each of
+   ``--thresholds``. They run in ``--workers`` fresh processes (in turn, never at once), so
+   process-to-process variance is in the figures; scenarios are interleaved in time.
 
 Writes ``$OUT/gate_experiment.json`` (everything, per run) and ``$OUT/gate_experiment.md``
 (the tables of lab/2026-11-29-gate-false-alarms/); the baseline under ``$OUT/baselines`` carries the
@@ -43,7 +43,7 @@ from tabulate import tabulate
 
 def _problem() -> dict[str, Any]:
     """The article config (reproduce/article.toml)."""
-    from flashrepro.bench.problem import load_article
+    from flashrepro_harness.problem import load_article
     return load_article()[0].as_dict()
 
 RECORD = "flashrepro"
@@ -56,8 +56,8 @@ def _cv(values: list[float]) -> float:
 
 def spread(repeats: int) -> dict[str, Any]:
     """CV of the median per-call time over ``repeats`` repeats, per kernel and method."""
-    from flashrepro.bench.timing import time_calls, time_graph
-    from flashrepro.gate.measure import kernels
+    from flashrepro_harness.bench.timing import time_calls, time_graph
+    from flashrepro_harness.gate.measure import kernels
     fns = kernels(_problem(), (RECORD, "torch-flash"))
     meds: dict[str, dict[str, list[float]]] = {"events": {}, "graph": {}}
     for _ in range(repeats):
@@ -77,8 +77,8 @@ def spread(repeats: int) -> dict[str, Any]:
 def _measure(slowdown: float, cycles: int, rounds: int, calls: int) -> dict[str, Any]:
     """One run with the hook on flashrepro; labelled, so the gate never mixes it with runs
     made without the hook (its fixed cost would hide a slowdown of that size)."""
-    from flashrepro.gate.inject import with_busy_wait
-    from flashrepro.gate.measure import kernels, measure
+    from flashrepro_harness.gate.inject import with_busy_wait
+    from flashrepro_harness.gate.measure import kernels, measure
     problem = _problem()
     fns = kernels(problem, (RECORD, "torch-flash"))
     fns[RECORD] = with_busy_wait(fns[RECORD], cycles)
@@ -90,7 +90,7 @@ def _measure(slowdown: float, cycles: int, rounds: int, calls: int) -> dict[str,
 def worker(spec_path: Path) -> None:
     """In a fresh process: one baseline run written to ``baseline_out``, or the gate runs
     listed in the spec file, one JSON line per run on stdout."""
-    from flashrepro.gate import check
+    from flashrepro_harness.gate import check
     spec = json.loads(spec_path.read_text())
     if spec.get("baseline_out"):
         results = _measure(0.0, 0, spec["rounds"], spec["calls"])
@@ -248,10 +248,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
 
-    from flashrepro.env import capture
-    from flashrepro.gate import Settings, update_baseline
-    from flashrepro.gate.inject import calibrate
-    from flashrepro.gate.measure import kernels
+    from flashrepro_harness.env import capture
+    from flashrepro_harness.gate import Settings, update_baseline
+    from flashrepro_harness.gate.inject import calibrate
+    from flashrepro_harness.gate.measure import kernels
     thresholds = a.thresholds or [Settings().threshold, 0.015]
 
     def log(msg: str) -> None:

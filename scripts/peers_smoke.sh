@@ -25,7 +25,7 @@ if [[ -n "${FA4_WHEELS:-}" ]]; then
   export PYTHONPATH="$OUT/fa4-boot:$site:$PYTHONPATH"
 fi
 "$PY" - <<'PY'
-from flashrepro.bench import peers
+from flashrepro_harness.bench import peers
 for name in peers.PEERS:
     print(f"{name}: {peers.import_error(name) or 'imports'}")
 PY

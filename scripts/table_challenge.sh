@@ -17,13 +17,13 @@ OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$W/nvidia-smi.csv"
 start=$(date +%s)
-timeout 280 python3 -m flashrepro tune --rounds 3 --against-table --write --configs fa3-ws fa3-ws3 \
+timeout 280 python3 -m flashrepro_harness tune --rounds 3 --against-table --write --configs fa3-ws fa3-ws3 \
   "128x128 w8 s2 tma overlap ws tilegrid" "192x128 w12 s3 tma overlap ws tilegrid" \
   > "$W/tune.txt" 2>&1
 echo "tune rc=$? [$(($(date +%s) - start)) s]"; cp src/flashrepro/tuned.json "$W/"; grep best "$W/tune.txt"
 cp -r reproduce/baselines "$W/baselines"
-timeout 150 python3 -m flashrepro reproduce --no-sass --out "$W" --update-baseline \
+timeout 150 python3 -m flashrepro_harness reproduce --no-sass --out "$W" --update-baseline \
   --baseline-dir "$W/baselines" > "$W/reproduce.txt" 2>&1
 echo "reproduce rc=$? [$(($(date +%s) - start)) s]"; head -24 "$W/reproduce.txt"
-timeout 150 python3 -m flashrepro bench --rounds 3 --calls 5 --out "$W" > "$W/bench.txt" 2>&1
+timeout 150 python3 -m flashrepro_harness bench --rounds 3 --calls 5 --out "$W" > "$W/bench.txt" 2>&1
 echo "bench rc=$? [$(($(date +%s) - start)) s]"; grep -E "^\| float16 +\| +128" "$W/bench.md"

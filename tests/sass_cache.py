@@ -1,7 +1,7 @@
 """One full SASS report per test process, shared by tests/test_sass.py and tests/test_model.py.
 
 Compiling every variant for every target takes a minute on a CI runner, so the report is built
-once (real compiles, in clean worker processes, as ``python -m flashrepro sass`` does).
+once (real compiles, in clean worker processes, as ``python -m flashrepro_harness sass`` does).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from flashrepro.analysis.sass import sass_report
+from flashrepro_harness.analysis.sass import sass_report
 
 
 @functools.cache

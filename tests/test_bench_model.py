@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashrepro import cli
-from flashrepro.bench import model as M
+from flashrepro_harness import cli
+from flashrepro_harness.bench import model as M
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -531,7 +531,7 @@ def test_merge_of_a_malformed_file_names_it(tmp_path: Path, breakage: str,
     message naming that file, never a KeyError traceback."""
     import json
 
-    from flashrepro.cli import main
+    from flashrepro_harness.cli import main
 
     good, bad = _part("eager", ("frepro",), "d1"), _part("compile", ("frepro",), "d2")
     text = None
@@ -559,7 +559,7 @@ def test_merge_of_a_malformed_file_names_it(tmp_path: Path, breakage: str,
 def test_committed_model_md_is_the_table_of_model_json() -> None:
     """reproduce/results/<gpu>/model.md is generated from the model.json beside it: a change
     to the table's code or to the results shows here until both are regenerated."""
-    from flashrepro.readme import MODEL_RESULTS
+    from flashrepro_harness.readme import MODEL_RESULTS
 
     results = json.loads(MODEL_RESULTS.read_text())
     assert MODEL_RESULTS.with_suffix(".md").read_text() == M.markdown(results)

@@ -16,11 +16,11 @@ from typing import Any
 
 import pytest
 
-import flashrepro.analysis.sass as sass_mod
-from flashrepro import outputs, progress
-from flashrepro.analysis.disasm import CLASS_NAMES
-from flashrepro.cli import build_parser
-from flashrepro.cli import main as cli_main
+import flashrepro_harness.analysis.sass as sass_mod
+from flashrepro_harness import outputs, progress
+from flashrepro_harness.analysis.disasm import CLASS_NAMES
+from flashrepro_harness.cli import build_parser
+from flashrepro_harness.cli import main as cli_main
 
 REPO = Path(__file__).resolve().parents[1]
 

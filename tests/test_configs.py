@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from flashrepro.bench import tune
-from flashrepro.cli import build_parser
 from flashrepro.configs import (
     ARTICLE,
     FA3_WS,
@@ -16,6 +14,8 @@ from flashrepro.configs import (
     default_config,
     launch_arch,
 )
+from flashrepro_harness.bench import tune
+from flashrepro_harness.cli import build_parser
 
 LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
             KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
@@ -210,7 +210,7 @@ def test_tune_writes_only_table_keys(head_dim: str, capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize("present", [True, False])
 def test_doctor_reports_the_tuned_table(present: bool, tmp_path, monkeypatch, capsys) -> None:
-    from flashrepro import env
+    from flashrepro_harness import env
 
     table = tmp_path / "tuned.json"
     if present:

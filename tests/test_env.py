@@ -1,4 +1,4 @@
-"""``flashrepro.env``: what a results file records about the machine besides the code."""
+"""``flashrepro_harness.env``: what a results file records about the machine besides the code."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from flashrepro import env
+from flashrepro_harness import env
 
 
 def test_capture_records_the_host_cpu() -> None:
@@ -38,7 +38,7 @@ def test_doctor_without_a_gpu_says_why_and_require_gpu_fails_on_stderr(
     """A CPU build of torch is named as the reason (no CUDA_VISIBLE_DEVICES or --gpus can fix
     it); a CUDA build without a visible GPU points at CUDA_VISIBLE_DEVICES and Docker's --gpus.
     --require-gpu exits 1 and says so on stderr; the key: value lines share one column."""
-    from flashrepro.cli import build_parser
+    from flashrepro_harness.cli import build_parser
 
     monkeypatch.setattr(env, "capture", lambda: {
         "date": "d", "torch": "2.13.0+cpu", "cuda": cuda,

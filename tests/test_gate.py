@@ -1,7 +1,7 @@
 """The performance gate on synthetic samples (CPU): decision rule, baselines, exit codes, output.
 
-Synthetic runs come from :mod:`flashrepro.gate.simulate` (article-config means, per-round noise
-with heavy tails, drift shared by the kernels of a round, run-to-run machine factors).
+Synthetic runs come from :mod:`flashrepro_harness.gate.simulate` (article-config means, per-round
+noise with heavy tails, drift shared by the kernels of a round, run-to-run machine factors).
 """
 
 from __future__ import annotations
@@ -16,18 +16,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from flashrepro.cli import COMMANDS
-from flashrepro.gate import ExitCode, ResultsError, check, command, compare, update_baseline
-from flashrepro.gate.baseline import SCHEMA, problem_key
-from flashrepro.gate.inject import ENV_VAR, requested
-from flashrepro.gate.simulate import (
+from flashrepro_harness.cli import COMMANDS
+from flashrepro_harness.gate import ExitCode, ResultsError, check, command, compare, update_baseline
+from flashrepro_harness.gate.baseline import SCHEMA, problem_key
+from flashrepro_harness.gate.inject import ENV_VAR, requested
+from flashrepro_harness.gate.simulate import (
     Noise,
     results_from_rounds,
     synthetic_env,
     synthetic_results,
     synthetic_rounds,
 )
-from flashrepro.gate.stats import DEFAULT_THRESHOLD
+from flashrepro_harness.gate.stats import DEFAULT_THRESHOLD
 
 ARTICLE_KEY = "b2-h16-q1024-k1024-d128-float16-causal"
 SLOW_PROPERTY = settings(max_examples=15, deadline=None,
@@ -194,8 +194,8 @@ def test_no_baseline_exits_2_and_says_how_to_make_one(tmp_path: Path) -> None:
     v = check(_run(1), tmp_path, results_path="reproduce/results/nvidia-h200/reproduce.json")
     assert v.status == "no-baseline" and v.exit_code == ExitCode.NO_BASELINE
     assert v.baseline_path == tmp_path / "nvidia-h200" / f"{ARTICLE_KEY}.json"
-    assert ("python -m flashrepro gate --results reproduce/results/nvidia-h200/reproduce.json "
-            "--update-baseline") in v.markdown
+    assert ("python -m flashrepro_harness gate --results "
+            "reproduce/results/nvidia-h200/reproduce.json --update-baseline") in v.markdown
     assert not v.comparisons
 
 
@@ -346,7 +346,7 @@ def test_as_dict_is_json_ready(baseline_dir: Path) -> None:
 
 
 def cli_main(argv: list[str]) -> int:
-    """``python -m flashrepro gate ...`` (the gate's own parser: other commands not needed)."""
+    """``python -m flashrepro_harness gate ...`` (the gate's own parser, no other command)."""
     assert argv[0] == "gate" and COMMANDS["gate"][0] == command.__name__
     parser = argparse.ArgumentParser(prog="flashrepro gate")
     command.add_arguments(parser)
@@ -533,7 +533,7 @@ def test_calibration_arithmetic_with_a_simulated_gpu(monkeypatch: pytest.MonkeyP
     300 cycles are lost (as the H200's first-pass shortfall suggests), 0.3 % noise."""
     import torch
 
-    from flashrepro.gate import inject
+    from flashrepro_harness.gate import inject
 
     rng = np.random.default_rng(3)
     slept: list[int] = []
@@ -561,8 +561,8 @@ def test_calibration_arithmetic_with_a_simulated_gpu(monkeypatch: pytest.MonkeyP
 def test_apply_from_env_wraps_only_flashrepro_records(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from flashrepro.gate import inject
-    from flashrepro.gate.baseline import FLASHREPRO_RECORDS
+    from flashrepro_harness.gate import inject
+    from flashrepro_harness.gate.baseline import FLASHREPRO_RECORDS
 
     slept: list[int] = []
     monkeypatch.setattr(torch.cuda, "_sleep", slept.append)
@@ -581,7 +581,7 @@ def test_apply_from_env_wraps_only_flashrepro_records(monkeypatch: pytest.Monkey
 def test_measure_writes_results_the_gate_reads(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """The experiment's measurement (timing faked) produces results check() accepts."""
-    from flashrepro.gate import measure as m
+    from flashrepro_harness.gate import measure as m
 
     rng = np.random.default_rng(4)
 
@@ -730,7 +730,7 @@ def test_the_baseline_path_is_shown_relative_to_the_checkout(tmp_path: Path) -> 
     """Results and summaries name a baseline inside the repository by its path from the root
     (committed results must not carry the absolute path of the machine that made them); one
     outside it by its absolute path."""
-    from flashrepro.results import BASELINE_DIR
+    from flashrepro_harness.results import BASELINE_DIR
 
     outside = check(_run(2), tmp_path / "none")
     assert outside.as_dict()["baseline"] == str(outside.baseline_path)
@@ -788,8 +788,8 @@ def test_baseline_dir_default_follows_the_environment(monkeypatch: pytest.Monkey
     """``--baseline-dir`` defaults to $FLASHREPRO_BASELINE_DIR (a run that gates against a
     baseline it made on the same machine, through scripts/ci_steps.sh's unchanged steps), else
     the committed reproduce/baselines."""
-    from flashrepro.cli import build_parser
-    from flashrepro.results import BASELINE_DIR
+    from flashrepro_harness.cli import build_parser
+    from flashrepro_harness.results import BASELINE_DIR
 
     extra = ["--results", "x.json"] if command == "gate" else []
     monkeypatch.delenv("FLASHREPRO_BASELINE_DIR", raising=False)

@@ -90,8 +90,8 @@ def test_check_passes_a_sound_fixture(lab_rerun, tmp_path: Path) -> None:
     ("echo\n", "def f(:\n", "probe.py: does not compile"),
     ("echo\n", "from lab.probes.smoke import no_such_name\n",
      "lab.probes.smoke has no no_such_name"),
-    ("echo\n", "from flashrepro.bench.timing import gone_away\n",
-     "flashrepro.bench.timing has no gone_away"),
+    ("echo\n", "from flashrepro_harness.bench.timing import gone_away\n",
+     "flashrepro_harness.bench.timing has no gone_away"),
     ("echo\n", "import ws_before\n", "imports ws_before, found neither beside it nor installed"),
     ("python3 lab/2026-01-01-fixture/missing.py\n", "print(1)\n", "missing.py: no such file"),
 ])

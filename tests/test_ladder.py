@@ -1,4 +1,4 @@
-"""Parity of every rung of the memory ladder (:mod:`flashrepro.kernels.ladder`).
+"""Parity of every rung of the memory ladder (:mod:`flashrepro_harness.bench.ladder_kernels`).
 
 Same rule as ``tests/test_parity.py`` (issue 2): on fresh random inputs, a rung's max error
 against a high-precision reference is at most 2x torch SDPA's plus a small floor; the output is
@@ -16,8 +16,8 @@ import torch
 from torch.nn.functional import scaled_dot_product_attention as sdpa
 
 from flashrepro import ARTICLE, KernelConfig
-from flashrepro.bench import ladder
-from flashrepro.kernels.ladder import KERNEL_NAMES, VARIANTS
+from flashrepro_harness.bench import ladder_rungs as ladder
+from flashrepro_harness.bench.ladder_kernels import KERNEL_NAMES, VARIANTS
 from tests.conftest import HAS_GPU
 from tests.reference import FLOOR, poisoned_like, random_qkv, reference_attention
 
@@ -123,8 +123,8 @@ def test_gpu_parity(case: tuple, device: torch.device) -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_gpu_profile_workloads(variant: str, device: torch.device) -> None:
-    """Each rung is correct on the exact problems ``python -m flashrepro profile`` measures."""
-    from flashrepro.bench.profile import WORKLOADS
+    """Each rung is correct on the exact problems ``flashrepro profile`` measures."""
+    from flashrepro_harness.bench.profile import WORKLOADS
 
     for w in WORKLOADS.values():
         if variant not in w.variants:

@@ -9,8 +9,8 @@ import itertools
 
 import pytest
 
-from flashrepro.analysis import model
-from flashrepro.analysis.rows import compare_model
+from flashrepro_harness.analysis import count_model as model
+from flashrepro_harness.analysis.rows import compare_model
 from tests.sass_cache import full_report, rows
 
 

@@ -1,4 +1,4 @@
-"""The Nsight Compute runner (:mod:`flashrepro.analysis.ncu`) without a GPU.
+"""The Nsight Compute runner (:mod:`flashrepro_harness.analysis.ncu`) without a GPU.
 
 ``tests/fixtures/ncu_raw.csv`` and ``ncu_details.csv`` are hand-written in the formats ncu
 prints (``--csv --page raw``: header row, units row, one row per launch; ``--page details``: one
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from flashrepro.analysis import ncu
+from flashrepro_harness.analysis import ncu
 from tests.conftest import HAS_GPU
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from flashrepro.gate import ExitCode, check, update_baseline
-from flashrepro.gate.simulate import results_from_rounds, synthetic_env
-from flashrepro.gate.stats import compare_paired
-from flashrepro.results import REFERENCE_PREFIX
+from flashrepro_harness.gate import ExitCode, check, update_baseline
+from flashrepro_harness.gate.simulate import results_from_rounds, synthetic_env
+from flashrepro_harness.gate.stats import compare_paired
+from flashrepro_harness.results import REFERENCE_PREFIX
 
 ROUNDS = 100
 
@@ -94,7 +94,7 @@ def test_an_environment_change_leaves_the_pair_judged(baseline_dir: Path) -> Non
 
 
 def test_a_twin_with_other_rounds_is_refused(baseline_dir: Path) -> None:
-    from flashrepro.gate import ResultsError
+    from flashrepro_harness.gate import ResultsError
 
     res = _results(_rounds(np.random.default_rng(5)))
     twin = next(r for r in res["records"] if r["name"] == REFERENCE_PREFIX + "flashrepro")

@@ -1,4 +1,4 @@
-"""``python -m flashrepro profile`` without a GPU: the model, the tables, the skip path, and
+"""``python -m flashrepro_harness profile`` without a GPU: the model, the tables, the skip path, and
 both jobs end to end against the ``ncu`` stand-in of ``tests/test_ncu.py`` (sample CSVs written
 here in ncu's raw-page format; the values are test inputs, not measurements)."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from flashrepro.bench import profile
-from flashrepro.kernels.ladder import KERNEL_NAMES
+from flashrepro_harness.bench import profile
+from flashrepro_harness.bench.ladder_kernels import KERNEL_NAMES
 from tests.test_ncu import fake_ncu  # noqa: F401  (pytest fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -145,7 +145,7 @@ def test_skip_without_ncu(require_gpu: bool, tmp_path: Path) -> None:
     env = {**os.environ, "FLASHREPRO_NCU": str(tmp_path / "no-ncu"),
            "PYTHONPATH": str(ROOT / "src")}
     env.pop("FLASHREPRO_REQUIRE_GPU", None)
-    cmd = [sys.executable, "-m", "flashrepro.bench.profile", "--out", str(tmp_path / "out"),
+    cmd = [sys.executable, "-m", "flashrepro_harness.bench.profile", "--out", str(tmp_path / "out"),
            *(["--require-gpu"] if require_gpu else [])]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert run.returncode == int(require_gpu)

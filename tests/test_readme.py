@@ -1,4 +1,5 @@
-"""README.md's tables are generated from the committed results JSON (flashrepro.readme): they
+"""README.md's tables are generated from the committed results JSON (flashrepro_harness.readme):
+they
 match it, and the generator shows new records and optional columns when the data has them."""
 
 from __future__ import annotations
@@ -8,8 +9,8 @@ import json
 
 import pytest
 
-from flashrepro import readme
-from flashrepro.results import REFERENCE_PREFIX
+from flashrepro_harness import readme
+from flashrepro_harness.results import REFERENCE_PREFIX
 
 RESULTS = json.loads(readme.RESULTS.read_text())
 MODEL = json.loads(readme.MODEL_RESULTS.read_text())
@@ -18,7 +19,7 @@ MODEL = json.loads(readme.MODEL_RESULTS.read_text())
 def test_readme_tables_match_the_results() -> None:
     text = readme.README.read_text()
     assert readme.render(text, RESULTS, MODEL) == text, (
-        "README tables drifted from the results: python -m flashrepro readme --write")
+        "README tables drifted from the results: python -m flashrepro_harness readme --write")
 
 
 def test_the_model_table_follows_model_json() -> None:
@@ -37,7 +38,7 @@ def test_the_model_table_shows_each_ratios_round_range_and_gpu_busy() -> None:
     """The range comes from the rows' round medians (round r of frepro against round r of the
     best SDPA backend), GPU busy from the profiled kernel time: a slower frepro round widens
     the range in the README, a changed kernel time changes GPU busy."""
-    from flashrepro.bench import model as M
+    from flashrepro_harness.bench import model as M
 
     frepro = [r for r in MODEL["rows"] if r["impl"] == "frepro"]
     table = readme.model(MODEL)
@@ -125,7 +126,7 @@ def test_the_model_header_names_the_range_only_when_a_cell_shows_one() -> None:
 def test_readme_command_says_what_it_checked(tmp_path, capsys) -> None:
     """--check names the README and both results files, whether the tables match or not, and
     every option has a help text."""
-    from flashrepro.cli import build_parser, main
+    from flashrepro_harness.cli import build_parser, main
 
     assert main(["readme", "--check"]) == 0
     assert "match reproduce/results/nvidia-h200/reproduce.json and " \

@@ -1,4 +1,5 @@
-"""``flashrepro.bench.reference``: another checkout's flashrepro imported beside the running one
+"""``flashrepro_harness.bench.reference``: another checkout's flashrepro imported beside the
+running one
 runs its own code (the gate's paired reference), and leaves the running package as it was."""
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ import pytest
 import torch
 
 import flashrepro
-from flashrepro.bench import kernels as K
-from flashrepro.bench.reference import load
+from flashrepro_harness.bench import impls as K
+from flashrepro_harness.bench.reference import load
 from tests.reference import reference_attention
 
 SRC = Path(flashrepro.__file__).resolve().parent.parent
@@ -119,7 +120,7 @@ def test_the_cli_refuses_a_missing_reference_without_a_gpu(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """``--reference-src`` naming no checkout fails with exit 2 and its message on every host,
     not only where a GPU makes the run time anything."""
-    from flashrepro.cli import main
+    from flashrepro_harness.cli import main
 
     code = main(["reproduce", "--no-sass", "--reference-src", str(tmp_path / "nothing")])
     assert code == 2

@@ -1,11 +1,11 @@
-"""The reproduce table (flashrepro.report): which row shows what."""
+"""The reproduce table (flashrepro_harness.report): which row shows what."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from flashrepro.gate.simulate import results_from_rounds, synthetic_env
-from flashrepro.report import HEADERS, reproduce_rows
+from flashrepro_harness.gate.simulate import results_from_rounds, synthetic_env
+from flashrepro_harness.report import HEADERS, reproduce_rows
 
 PUBLISHED = "article's ratio"
 
@@ -32,7 +32,7 @@ def test_published_ratio_only_on_rows_of_the_article_problem() -> None:
 def test_sweep_caption_names_the_grid_it_ran() -> None:
     """The sweep's caption states the B·L it was given, not the default (a caption that always
     said 16384 mislabelled `bench --tokens 8192`)."""
-    from flashrepro.bench.sweep import caption
+    from flashrepro_harness.bench.sweep import caption
 
     environment = synthetic_env()
     for tokens in (8192, 16384, 65536):

@@ -13,12 +13,12 @@ import types
 import pytest
 import torch
 
-from flashrepro.bench import kernels as K
-from flashrepro.bench import peers, sweep
-from flashrepro.bench import reproduce as R
-from flashrepro.bench.problem import Problem
 from flashrepro.configs import ARTICLE, P_IN_REGISTERS
 from flashrepro.validation import interpreter_mode
+from flashrepro_harness.bench import impls as K
+from flashrepro_harness.bench import peers, sweep
+from flashrepro_harness.bench import reproduce as R
+from flashrepro_harness.problem import Problem
 
 pytestmark = pytest.mark.skipif(not interpreter_mode(), reason="CPU (interpreter) bookkeeping")
 
@@ -128,7 +128,7 @@ def test_fa4_row_skipped_with_reason_without_flash_attn(
     assert "flash_attn.cute.flash_attn_func is not available" in reason and "Error" in reason
     assert records["fa4-cute"]["description"] == peers.PEERS["fa4-cute"].description
     assert "median_us" in records["flashrepro"] and "ratio_vs_torch_flash" in records["flashrepro"]
-    from flashrepro.report import HEADERS, reproduce_rows
+    from flashrepro_harness.report import HEADERS, reproduce_rows
     results = {"records": list(records.values()), "problem": PROBLEM.as_dict(),
                "published": {"ratio_first": 2.14, "ratio_tuned": 1.12}}
     rows = {row[0]: row for row in reproduce_rows(results)}
@@ -209,7 +209,7 @@ def test_tune_table_has_the_peer_row_that_never_wins(
         cpu_measure: dict[str, list[float]], monkeypatch: pytest.MonkeyPatch) -> None:
     """tune times the peer in the candidates' rounds as a row ``peer fa4-cute`` (its error
     checked) that cannot win, even when it is the fastest; without FA4 the row says why."""
-    from flashrepro.bench import tune
+    from flashrepro_harness.bench import tune
 
     def fake_rounds(fns, rounds, calls_per_round):  # the peer fastest, then the candidates
         return {n: [5.0 if n.startswith("peer") else 10.0 + i] * rounds
@@ -232,7 +232,7 @@ def test_tune_table_has_the_peer_row_that_never_wins(
 def test_host_cost_rounds_interleave_the_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     """``host_and_eager_rounds`` measures every kernel in each round, the order rotated round
     by round, and reports the median of its own samples only."""
-    from flashrepro.bench import timing
+    from flashrepro_harness.bench import timing
 
     order: list[str] = []
     fns = {name: (lambda name=name: name) for name in "abc"}

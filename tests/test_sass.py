@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from flashrepro.analysis import golden, model, sass
-from flashrepro.analysis.disasm import Resources, SassCounts, count_sass, loop_ranges
-from flashrepro.analysis.offline_compile import (
+from flashrepro.configs import ARTICLE, NAMED, TRITON_FALLBACK, KernelConfig
+from flashrepro.validation import interpreter_mode
+from flashrepro_harness.analysis import count_model as model
+from flashrepro_harness.analysis import golden, sass
+from flashrepro_harness.analysis.disasm import Resources, SassCounts, count_sass, loop_ranges
+from flashrepro_harness.analysis.offline_compile import (
     VARIANTS,
     KernelSass,
     KernelSpec,
@@ -25,11 +28,13 @@ from flashrepro.analysis.offline_compile import (
     operand_loads,
     record_launch,
 )
-from flashrepro.analysis.rows import published_counts, torch_rows
-from flashrepro.analysis.torch_sass import ARTICLE_INSTANCE, installed_library, torch_flash_sass
-from flashrepro.bench.problem import load_article
-from flashrepro.configs import ARTICLE, NAMED, TRITON_FALLBACK, KernelConfig
-from flashrepro.validation import interpreter_mode
+from flashrepro_harness.analysis.rows import published_counts, torch_rows
+from flashrepro_harness.analysis.torch_sass import (
+    ARTICLE_INSTANCE,
+    installed_library,
+    torch_flash_sass,
+)
+from flashrepro_harness.problem import load_article
 from tests.sass_cache import full_report
 
 PROBLEM, PUBLISHED = load_article()
@@ -256,7 +261,7 @@ def test_changing_the_article_config_fails_the_golden_check(
     err = capsys.readouterr().err
     assert f"sm_80  article {changed.label()}" in err and golden.NOT_IN_GOLDEN in err
     assert f"article {ARTICLE.label()}" in err and "but not compiled now" in err
-    assert "python -m flashrepro sass --update" in err
+    assert "python -m flashrepro_harness sass --update" in err
     # Not only the key: the counts themselves drift from the golden article kernel's.
     row = next(r for r in json.loads(out.read_text())["targets"]["sm_80"]["rows"]
                if r["name"] == f"article {changed.label()}")
@@ -303,8 +308,8 @@ def test_golden_diff_is_readable() -> None:
                                 "lines": lines[:1]}], Path("g.json"))
     assert text.splitlines() == ["SASS drift against g.json:", "  sm_80  article 64x64 w4 s3",
                                  "      LDSM: golden 112, now 128 (+16)",
-                                 "If the change is intended: python -m flashrepro sass --update "
-                                 "(then commit the golden file)."]
+                                 "If the change is intended: python -m flashrepro_harness sass "
+                                 "--update (then commit the golden file)."]
 
 
 @pytest.mark.skipif(not interpreter_mode(), reason="kernels are JIT functions on a GPU host")
@@ -352,7 +357,7 @@ def test_torch_flash_kernel_gives_the_articles_counts() -> None:
 def test_cli_rejects_bad_workers(workers: str, capsys: pytest.CaptureFixture[str]) -> None:
     """``sass --workers`` below 1 (or no int) is an argparse error naming the option, before
     any compile."""
-    from flashrepro.cli import main as cli_main
+    from flashrepro_harness.cli import main as cli_main
 
     with pytest.raises(SystemExit) as exc:
         cli_main(["sass", "--workers", workers])

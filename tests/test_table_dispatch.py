@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from flashrepro import api, configs, launch
-from flashrepro.bench import tune
-from flashrepro.cli import build_parser
 from flashrepro.configs import FA3_WS, TRITON_FALLBACK, KernelConfig, _tuned_table
+from flashrepro_harness.bench import tune
+from flashrepro_harness.cli import build_parser
 from tests.reference import check_parity, random_qkv
 
 ALIGNMENTS = [("top_left", 1, 1), ("bottom_right", 1, 1), ("bottom_right", 2, 1),

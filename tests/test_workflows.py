@@ -545,7 +545,7 @@ def test_xdist_workers_by_cores_and_gpu_memory(monkeypatch: pytest.MonkeyPatch, 
                                                gib: list[float], expected: int) -> None:
     from types import SimpleNamespace
 
-    from flashrepro import env
+    from flashrepro_harness import env
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cpus)))
     monkeypatch.setattr(torch.cuda, "device_count", lambda: len(gib))
     monkeypatch.setattr(torch.cuda, "get_device_properties",

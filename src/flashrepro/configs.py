@@ -177,7 +177,7 @@ With BLOCK_M = 128 >= HEAD_DIM (D <= 128), Triton 3.6 splits the 8 warps over S'
 shared-memory round trip (LDSM of P) is needed; with the article's 64x64, 4 warps it splits them
 over S's columns ([1, 4]) and P goes through shared memory. Static SASS at the article problem
 on sm_80: 256 HMMA, 88 LDSM, 64 LDSM.MT, against torch's 256 / 80 / 64 and the article launch's
-256 / 112 / 16 (``python -m flashrepro sass``; lab/2026-11-29-p-in-registers/). 96 KiB of
+256 / 112 / 16 (``python -m flashrepro_harness sass``; lab/2026-11-29-p-in-registers/). 96 KiB of
 shared memory: fits sm_86/89's 99 KiB. The default launch's choice on the mma.sync path for
 64 < D <= 128 (:func:`default_config`); timed only on the H200's mma.sync path: 0.762x torch
 flash's time at the article problem, against 0.904x for 64x64 w4 (lab/2026-11-29-p-in-registers/,
@@ -300,7 +300,7 @@ def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None)
     """The configuration the default launch uses (no tuning at call time).
 
     Looks up the committed table ``flashrepro/tuned.json`` (package data; written by
-    ``python -m flashrepro tune`` on the GPU it describes) by arch, head dim (padded to a
+    ``python -m flashrepro_harness tune`` on the GPU it describes) by arch, head dim (padded to a
     power of two), causal and :func:`length_bucket`; off the table, a rule that fits every
     arch's shared memory: 64x64, 4 warps, 3 stages up to D = 64; for 64 < D <= 128 the same
     on wgmma and tcgen05 archs and in the interpreter, and :data:`P_IN_REGISTERS` on the

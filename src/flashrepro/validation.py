@@ -35,7 +35,7 @@ def interpreter_mode() -> bool:
 
     The kernels run on the CPU only if it was set before :mod:`flashrepro` was imported
     (Triton picks the interpreter when a kernel is defined); the SASS tool sets it around a
-    recorded launch of JIT kernels (:mod:`flashrepro.analysis.offline_compile`), with
+    recorded launch of JIT kernels (:mod:`flashrepro_harness.analysis.offline_compile`), with
     :data:`RECORD_LAUNCH_ENV` set.
     """
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")

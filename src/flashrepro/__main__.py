@@ -1,5 +1,0 @@
-import sys
-
-from flashrepro.cli import main
-
-sys.exit(main())

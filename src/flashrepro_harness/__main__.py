@@ -1,0 +1,5 @@
+import sys
+
+from flashrepro_harness.cli import main
+
+sys.exit(main())

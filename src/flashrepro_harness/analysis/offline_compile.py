@@ -1,0 +1,410 @@
+"""Compile a kernel for a target GPU arch on a machine without a GPU, and count its SASS.
+
+Used by :mod:`flashrepro_harness.analysis.sass` (the ``sass`` subcommand and :func:`sass_report`).
+
+How a compile gets the specialization of a real launch: the variant's public entry point
+(:func:`flashrepro.attention`, :func:`flashrepro.article_attention`) is called on CPU tensors of
+the problem's shape with the JIT kernel's ``run`` replaced by a recorder, so the recorded
+arguments are exactly those a launch passes (pointers, strides, sizes, constexprs, num_warps,
+num_stages) — no per-kernel argument list to keep in sync when the kernel's signature changes.
+Then Triton's own launch path, ``JITFunction.run(..., warmup=True)``, compiles them under an
+offline driver that reports the target arch (:class:`_OfflineDriver`): Triton's binder applies
+its usual specialization (16-byte pointer alignment and integers divisible by 16 as
+``tt.divisibility = 16``, integers equal to 1 — the unit strides of the last dim — as
+constexprs), exactly as on a GPU. The cubin is disassembled with Triton's cuobjdump
+(:mod:`flashrepro_harness.analysis.disasm`).
+
+Compiles run in a worker process (:func:`kernel_sass`): under ``TRITON_INTERPRET=1`` (the CPU
+test suite) ``@triton.jit`` kernels are interpreter objects that cannot be compiled, and
+``DISABLE_MMA_V3`` (the mma.sync path on sm_90) is read from the environment by Triton's C++
+passes at compile time. Triton's on-disk cache (``~/.triton/cache``, its key includes
+``DISABLE_MMA_V3``) makes repeated runs fast.
+
+Caveat: the arguments are recorded from the entry point's CPU path. Where that differs from its
+GPU path the recorded launch is the CPU path's. Today: :func:`flashrepro.api.attention` checks
+the device's arch before using TMA only on a GPU, so :mod:`flashrepro_harness.analysis.sass` drops
+``tma`` from configs below sm_90 itself, and it guesses L2 as 50 MiB for its head grouping,
+which gives the GPU's value for the article problem (all 32 heads in one group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flashrepro.configs import KernelConfig
+from flashrepro.validation import RECORD_LAUNCH_ENV
+from flashrepro_harness.analysis.disasm import Resources, SassCounts, disassemble_cubin
+from flashrepro_harness.problem import Problem
+from flashrepro_harness.progress import bar as progress_bar
+
+
+@dataclass(frozen=True)
+class Target:
+    """A compile target.
+
+    Attributes:
+        name: table/JSON key, ``sm_80`` ... ``sm_90``, or ``sm_90-mma.sync``.
+        arch: compute capability as an int (80, 86, 89, 90).
+        mma_v3: False compiles with ``DISABLE_MMA_V3=1``: Triton then lowers ``tl.dot`` on sm_90
+            to mma.sync (HMMA) instead of wgmma (HGMMA), like the article's Ampere/Ada GPU.
+    """
+
+    name: str
+    arch: int
+    mma_v3: bool = True
+
+    @property
+    def wgmma(self) -> bool:
+        """True where Triton lowers tl.dot to wgmma (sm_90 with MMA v3 on)."""
+        return self.arch >= 90 and self.mma_v3
+
+    @property
+    def config_arch(self) -> int:
+        """The arch whose default launch config a launch here takes: on the mma.sync path of
+        sm_90 that of sm_80, whose code Triton then builds (``flashrepro.configs.launch_arch``)."""
+        return self.arch if self.mma_v3 else min(self.arch, 80)
+
+
+TARGETS: dict[str, Target] = {t.name: t for t in (
+    Target("sm_80", 80), Target("sm_86", 86), Target("sm_89", 89), Target("sm_90", 90),
+    Target("sm_90-mma.sync", 90, mma_v3=False),
+)}
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A kernel to count: its ``@triton.jit`` function and the public entry point that launches it.
+
+    Attributes:
+        name: table/JSON key.
+        kernel: ``module:attribute`` of the JIT function.
+        entry: ``module:attribute`` of the function that launches it with SDPA-style
+            ``(q, k, v, *, causal, config)``.
+        description: one line for the table.
+    """
+
+    name: str
+    kernel: str
+    entry: str
+    description: str
+
+
+VARIANTS: dict[str, Variant] = {v.name: v for v in (
+    Variant("article", "flashrepro.kernels.article:article_fwd_kernel",
+            "flashrepro.api:article_attention",
+            "the article's Triton kernel, frozen (kernels/article.py)"),
+    Variant("fwd", "flashrepro.kernels.fwd:attn_fwd_kernel", "flashrepro.api:attention",
+            "the production kernel (kernels/fwd.py)"),
+    Variant("fwd_gluon", "flashrepro.kernels.fwd_gluon:attn_fwd_gluon_kernel",
+            "flashrepro_harness.analysis.offline_compile:gluon_entry",
+            "the Gluon kernel with FA3's overlap (kernels/fwd_gluon.py), sm_90 only"),
+    Variant("fwd_gluon_ws", "flashrepro.kernels.fwd_gluon_ws:attn_fwd_gluon_ws_kernel",
+            "flashrepro_harness.analysis.offline_compile:gluon_entry",
+            "the warp-specialized, persistent Gluon kernel (kernels/fwd_gluon_ws.py), sm_90 "
+            "only"),
+)}
+
+
+def gluon_entry(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                config: KernelConfig) -> torch.Tensor:
+    """:func:`flashrepro.api.attention` as it launches on an sm_90 GPU, for
+    :func:`record_launch`: its CPU path would run the Triton kernel, so the check that sends a
+    launch to the Gluon kernels (``launch._overlap_ok``) is forced true while it records; the
+    config picks which Gluon kernel (``warp_specialize``)."""
+    from flashrepro import api, launch
+
+    check = launch._overlap_ok
+    launch._overlap_ok = lambda *args: True
+    launch.clear_plans()  # a plan recorded without the forced check would bypass it
+    try:
+        return api.attention(q, k, v, causal=causal, config=config)
+    finally:
+        launch._overlap_ok = check
+        launch.clear_plans()
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """One compile: variant x launch config x target, for a problem (whose sizes decide the
+    specialization of the launch, e.g. the article's from ``reproduce/article.toml``)."""
+
+    variant: str
+    config: KernelConfig
+    target: str
+    problem: Problem
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {sorted(VARIANTS)}, got {self.variant!r}")
+        if self.target not in TARGETS:
+            raise ValueError(f"target must be one of {list(TARGETS)}, got {self.target!r}")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"variant": self.variant, "config": self.config.as_dict(), "target": self.target,
+                "problem": asdict(self.problem)}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> KernelSpec:
+        return cls(d["variant"], KernelConfig(**d["config"]), d["target"], Problem(**d["problem"]))
+
+
+@dataclass(frozen=True)
+class KernelSass:
+    """What one compile gives.
+
+    Attributes:
+        spec: what was compiled.
+        counts: static SASS counts (:class:`~flashrepro_harness.analysis.disasm.SassCounts`).
+        resources: registers per thread, static shared/local bytes (cuobjdump -res-usage).
+        shared_bytes: shared memory the launch requests, bytes (Triton's ``metadata.shared``).
+        mma_layouts: distinct ``#ttg.nvidia_mma`` layouts of the TTGIR, each
+            ``{"version": 2|3, "warps": [wm, wn], "instr_shape": [...]}``; ``warps`` is how
+            the dot's output tile is split over warps (rows x columns).
+        operand_loads: the TTGIR's shared-memory -> register loads of matrix-product operands
+            (see :func:`operand_loads`).
+    """
+
+    spec: KernelSpec
+    counts: SassCounts
+    resources: Resources
+    shared_bytes: int
+    mma_layouts: list[dict[str, Any]]
+    operand_loads: list[dict[str, Any]]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"spec": self.spec.to_json(), "counts": asdict(self.counts),
+                "resources": asdict(self.resources), "shared_bytes": self.shared_bytes,
+                "mma_layouts": self.mma_layouts, "operand_loads": self.operand_loads}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> KernelSass:
+        return cls(KernelSpec.from_json(d["spec"]), SassCounts(**d["counts"]),
+                   Resources(**d["resources"]), d["shared_bytes"], d["mma_layouts"],
+                   d["operand_loads"])
+
+
+_MMA_LAYOUT = re.compile(r"#ttg\.nvidia_mma<\{versionMajor = (\d+), versionMinor = \d+, "
+                         r"warpsPerCTA = \[([\d, ]+)\],.*?instrShape = \[([\d, ]+)\]\}>")
+
+
+_OPERAND_LOAD = re.compile(r"^( *)%\S+ = ttg\.local_load .*-> tensor<([\dx]+)x\w+, "
+                           r"#ttg\.dot_op<\{opIdx = (\d)", re.MULTILINE)
+_FUNC = re.compile(r"^( *)tt\.func ", re.MULTILINE)
+
+
+def operand_loads(ttgir: str) -> list[dict[str, Any]]:
+    """Shared-memory loads of matrix-product operands in a TTGIR module, in program order.
+
+    Each is ``{"operand": 0 (A) | 1 (B), "shape": [rows, cols], "in_loop": bool}``.
+    ``in_loop``: the op is nested in a region of the function (an ``scf.for`` body in these
+    kernels), read from MLIR's indentation (2 spaces per region level). An A-operand load
+    outside every loop is Q, hoisted by Triton to run once (P is produced inside the loop).
+    """
+    func = _FUNC.search(ttgir)
+    body = (len(func.group(1)) if func else 2) + 2
+    return [{"operand": int(m.group(3)), "shape": [int(x) for x in m.group(2).split("x")],
+             "in_loop": len(m.group(1)) > body}
+            for m in _OPERAND_LOAD.finditer(ttgir)]
+
+
+def mma_layouts(ttgir: str) -> list[dict[str, Any]]:
+    """The distinct MMA layouts declared in a TTGIR module (see :class:`KernelSass`)."""
+    seen: list[dict[str, Any]] = []
+    for m in _MMA_LAYOUT.finditer(ttgir):
+        layout = {"version": int(m.group(1)),
+                  "warps": [int(x) for x in m.group(2).split(",")],
+                  "instr_shape": [int(x) for x in m.group(3).split(",")]}
+        if layout not in seen:
+            seen.append(layout)
+    return seen
+
+
+# --------------------------------------------------------------------------------------------
+# In the worker process: record a launch, compile it for a target, count.
+# --------------------------------------------------------------------------------------------
+
+def _resolve(path: str) -> Any:
+    module, attr = path.split(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def record_launch(variant: Variant, problem: Problem,
+                  config: KernelConfig) -> tuple[Any, tuple[Any, ...], dict[str, Any], Any]:
+    """Call the variant's entry point on CPU tensors and record its kernel launch.
+
+    The tensors are uninitialised (``torch.empty``): only their shapes, strides, dtype and
+    16-byte alignment reach the specialization.
+
+    Returns:
+        (jit_function, args, kwargs, grid) as passed to ``kernel[grid](*args, **kwargs)``.
+
+    Raises:
+        RuntimeError: the kernel is a Triton interpreter object (``TRITON_INTERPRET=1`` was set
+            when it was defined; use :func:`kernel_sass`), or the entry point did not launch it
+            exactly once.
+    """
+    from triton.runtime.jit import JITFunction
+
+    kernel = _resolve(variant.kernel)
+    if not isinstance(kernel, JITFunction):
+        raise RuntimeError(f"{variant.kernel} is a {type(kernel).__name__}, not a JITFunction: "
+                           "TRITON_INTERPRET was set when it was defined; compile through "
+                           "flashrepro_harness.analysis.offline_compile.kernel_sass "
+                           "(a clean process)")
+    calls: list[tuple[tuple[Any, ...], dict[str, Any], Any]] = []
+
+    def record(*args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
+        calls.append((args, kwargs, grid))
+
+    dtype = problem.torch_dtype
+    q = torch.empty(problem.batch, problem.heads, problem.seqlen_q, problem.head_dim, dtype=dtype)
+    k, v = (torch.empty(problem.batch, problem.heads, problem.seqlen_k, problem.head_dim,
+                        dtype=dtype) for _ in range(2))
+    previous = os.environ.get("TRITON_INTERPRET")
+    kernel.run = record  # the instance attribute shadows JITFunction.run: nothing launches
+    os.environ["TRITON_INTERPRET"] = "1"  # the entry points accept CPU tensors only then
+    os.environ[RECORD_LAUNCH_ENV] = "1"  # ... and JIT kernels with them (nothing launches)
+    try:
+        _resolve(variant.entry)(q, k, v, causal=problem.causal, config=config)
+    finally:
+        del kernel.run
+        del os.environ[RECORD_LAUNCH_ENV]
+        if previous is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = previous
+    if len(calls) != 1:
+        raise RuntimeError(f"{variant.entry} launched {variant.kernel} {len(calls)} times, "
+                           "expected once")
+    args, kwargs, grid = calls[0]
+    return kernel, args, kwargs, grid
+
+
+class _OfflineDriver:
+    """Enough of a Triton driver for ``JITFunction.run(warmup=True)``: it names the target.
+
+    The device id is the target's name, so each target gets its own in-memory kernel cache
+    (``DISABLE_MMA_V3`` is not part of that cache's key, only of the on-disk one).
+    """
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+
+    def get_current_device(self) -> str:
+        return self.target.name
+
+    def get_current_stream(self, device: object) -> int:
+        del device
+        return 0
+
+    def get_current_target(self) -> Any:
+        from triton.backends.compiler import GPUTarget
+        return GPUTarget("cuda", self.target.arch, 32)
+
+
+def compile_spec(spec: KernelSpec, workdir: Path) -> KernelSass:
+    """Compile ``spec`` in THIS process and count its SASS (the worker's job).
+
+    Sets ``DISABLE_MMA_V3`` in this process's environment and makes an offline driver Triton's
+    active driver; run it only in a process of its own (:func:`kernel_sass` does).
+
+    Raises:
+        RuntimeError: see :func:`record_launch` and
+        :func:`flashrepro_harness.analysis.disasm.cuobjdump`.
+    """
+    from triton.runtime.driver import driver
+
+    target = TARGETS[spec.target]
+    kernel, args, kwargs, grid = record_launch(VARIANTS[spec.variant], spec.problem, spec.config)
+    if target.mma_v3:
+        os.environ.pop("DISABLE_MMA_V3", None)
+    else:
+        os.environ["DISABLE_MMA_V3"] = "1"
+    driver.set_active(_OfflineDriver(target))
+    compiled = kernel.warmup(*args, grid=grid, **kwargs)
+    counts, resources = disassemble_cubin(compiled.asm["cubin"], workdir)
+    ttgir = compiled.asm["ttgir"]
+    return KernelSass(spec, counts, resources, int(compiled.metadata.shared),
+                      mma_layouts(ttgir), operand_loads(ttgir))
+
+
+def _worker_main() -> int:
+    specs = [KernelSpec.from_json(d) for d in json.load(sys.stdin)]
+    with tempfile.TemporaryDirectory(prefix="flashrepro-sass-") as tmp:
+        for s in specs:  # one JSON line per compile, as it finishes: the caller's progress
+            print(json.dumps(compile_spec(s, Path(tmp)).to_json()), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------------------
+# In the caller: fan the compiles out to clean worker processes.
+# --------------------------------------------------------------------------------------------
+
+def _worker_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DISABLE_MMA_V3")}
+    src = str(Path(__file__).resolve().parents[2])  # the src/ dir holding this flashrepro
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (src, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def kernel_sass(specs: Sequence[KernelSpec], workers: int | None = None) -> list[KernelSass]:
+    """Compile and count every spec, in clean worker processes; results in ``specs`` order.
+
+    Args:
+        specs: what to compile.
+        workers: parallel worker processes; default ``min(len(specs), os.cpu_count())``.
+
+    Raises:
+        RuntimeError: a worker failed (its stderr is in the message).
+    """
+    if not specs:
+        return []
+    n = max(1, min(len(specs), workers or os.cpu_count() or 1))
+    chunks = [list(specs[i::n]) for i in range(n)]
+    by_spec: dict[KernelSpec, KernelSass] = {}
+    with progress_bar("sass compiles", total=len(specs), unit="kernel") as shown:
+        def drain(chunk: list[KernelSpec]) -> None:
+            with tempfile.TemporaryFile("w+") as err:
+                module = "flashrepro_harness.analysis.offline_compile"
+                p = subprocess.Popen([sys.executable, "-m", module],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                     text=True, env=_worker_env())
+                assert p.stdin is not None and p.stdout is not None
+                p.stdin.write(json.dumps([s.to_json() for s in chunk]))
+                p.stdin.close()
+                for line in p.stdout:
+                    result = KernelSass.from_json(json.loads(line))
+                    by_spec[result.spec] = result
+                    shown.update(1)
+                if p.wait() != 0:
+                    err.seek(0)
+                    raise RuntimeError(f"SASS worker failed ({p.returncode}):\n"
+                                       f"{err.read().strip()[-4000:]}")
+
+        with ThreadPoolExecutor(len(chunks)) as pool:  # feed and drain every worker at once
+            list(pool.map(drain, chunks))
+    return [by_spec[s] for s in specs]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Worker entry point: JSON list of :class:`KernelSpec` on stdin, results on stdout."""
+    argparse.ArgumentParser(description=main.__doc__, allow_abbrev=False).parse_args(argv)
+    return _worker_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The kernels a benchmark compares, by name: flashrepro's, torch SDPA's backends and the
+optional peers of :mod:`flashrepro_harness.bench.peers` (FA4's CuTe kernel, where it imports).
+
+Each entry builds a zero-argument callable over fixed inputs, so the timer sees only the call.
+Torch's backends are forced one at a time with ``torch.nn.attention.sdpa_kernel``: on an H200,
+torch 2.11's default SDPA picks cuDNN, not flash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+import flashrepro
+from flashrepro import configs
+from flashrepro.configs import ARTICLE, KernelConfig
+from flashrepro_harness.bench import peers
+from flashrepro_harness.bench.reference import Reference
+
+Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
+
+TORCH_BACKENDS = {
+    "torch-flash": SDPBackend.FLASH_ATTENTION,
+    "torch-cudnn": SDPBackend.CUDNN_ATTENTION,
+    "torch-efficient": SDPBackend.EFFICIENT_ATTENTION,
+}
+FLASHREPRO = {
+    "flashrepro": "the production kernel, per-arch default config",
+    "flashrepro-article-config": "the production kernel at the article's 64x64, 4 warps",
+    "article-kernel": "the frozen article kernel (kernels/article.py), 64x64, 4 warps",
+}
+P_IN_REGISTERS = "flashrepro-p-in-registers"
+"""Timed only in the mma.sync child of ``reproduce``: the production kernel at
+:data:`flashrepro.configs.P_IN_REGISTERS`, the launch that keeps P in registers there."""
+LAUNCHES: dict[str, KernelConfig] = {
+    "flashrepro-article-config": ARTICLE,
+    "article-kernel": ARTICLE,
+    P_IN_REGISTERS: configs.P_IN_REGISTERS,
+}
+"""The fixed launch config of each named flashrepro row (``flashrepro`` takes the per-arch
+default)."""
+PAIRABLE = (*FLASHREPRO, P_IN_REGISTERS)
+"""The rows that can be timed with a reference checkout's code too (``reproduce
+--reference-src``; the gate's paired reference)."""
+DESCRIPTIONS = {
+    **FLASHREPRO,
+    P_IN_REGISTERS: "the production kernel at 128x64, 8 warps: P stays in registers on mma.sync",
+    "torch-flash": "torch SDPA, flash backend (FlashAttention-2)",
+    "torch-cudnn": "torch SDPA, cuDNN backend",
+    "torch-efficient": "torch SDPA, memory-efficient backend",
+    **{name: peer.description for name, peer in peers.PEERS.items()},
+}
+BEST_PEER_CANDIDATES = ("torch-cudnn", *peers.PEERS)
+"""The kernels flashrepro's time is held against as "the best peer" (issue 21): cuDNN and every
+optional peer, where they run."""
+
+
+def make_call(name: str, inputs: Inputs, causal: bool,
+              config: KernelConfig | None = None,
+              reference: Reference | None = None) -> Callable[[], torch.Tensor]:
+    """A callable running kernel ``name`` on ``inputs`` (q, k, v), each (B, H, L, D).
+
+    A peer (:data:`flashrepro_harness.bench.peers.PEERS`) gets its inputs converted to its native
+    layout here, once; its call returns what the library returns (see :func:`output`).
+
+    Args:
+        name: a key of :data:`DESCRIPTIONS`.
+        inputs: q, k, v CUDA tensors.
+        causal: top-left causal mask (SDPA's ``is_causal``).
+        config: overrides the launch config of ``flashrepro`` (sweeps, tuning).
+        reference: run a flashrepro row (:data:`PAIRABLE`) with the reference checkout's
+            code (:mod:`flashrepro_harness.bench.reference`) instead of this one's; the call is the
+            same, and so are its inputs and its output buffer's layout.
+
+    Raises:
+        KeyError: unknown ``name``, or a ``reference`` for a row not in :data:`PAIRABLE`.
+        ImportError: a peer whose module does not import.
+    """
+    if reference is not None and name not in PAIRABLE:
+        raise KeyError(f"only the rows {sorted(PAIRABLE)} have a reference twin, got {name!r}")
+    if name in peers.PEERS:
+        return peers.make_call(name, inputs, causal)
+    q, k, v = inputs
+    out = torch.empty_like(q)
+    attention, article_attention = flashrepro.attention, flashrepro.article_attention
+    fixed = LAUNCHES.get(name) if name != "article-kernel" else None
+    if reference is not None:
+        attention, article_attention = reference.attention(), reference.article_attention()
+        config = reference.config(config) if config is not None else None
+        fixed = reference.config(fixed) if fixed is not None else None
+    if name == "flashrepro":
+        return lambda: attention(q, k, v, causal=causal, config=config, out=out)
+    if name in ("flashrepro-article-config", P_IN_REGISTERS):
+        return lambda: attention(q, k, v, causal=causal, config=fixed, out=out)
+    if name == "article-kernel":  # its own frozen default config: the article's 64x64
+        return lambda: article_attention(q, k, v, causal=causal, out=out)
+    backend = TORCH_BACKENDS[name]
+
+    def call() -> torch.Tensor:
+        with sdpa_kernel(backend):
+            return sdpa(q, k, v, is_causal=causal)
+    return call
+
+
+def output(name: str, result: object) -> torch.Tensor:
+    """The output of a call of kernel ``name`` (what :func:`make_call`'s call returned) as a
+    (B, H, L, D) tensor or view, for checking it like flashrepro's."""
+    if name in peers.PEERS:
+        return peers.PEERS[name].to_bhld(result)
+    assert isinstance(result, torch.Tensor)
+    return result
+
+
+def available(name: str, inputs: Inputs, causal: bool) -> str | None:
+    """None if kernel ``name`` runs on these inputs here, else the reason (one line).
+
+    A peer is unavailable when its module does not import, or when its call raises anything
+    (FA4 asserts on architectures and shapes it does not support); flashrepro's and torch's
+    kernels when the call raises a RuntimeError (any other error is a bug, and propagates).
+    """
+    if name in peers.PEERS and (reason := peers.import_error(name)):
+        return reason
+    errors = Exception if name in peers.PEERS else RuntimeError
+    try:
+        make_call(name, inputs, causal)()
+        torch.cuda.synchronize()
+    except errors as exc:
+        text = str(exc).splitlines()[0] if str(exc) else ""
+        return f"{type(exc).__name__}: {text}" if name in peers.PEERS else text
+    return None

@@ -1,0 +1,185 @@
+"""``python -m flashrepro_harness bench``: the L x D x causal x dtype sweep against torch's
+backends.
+
+Every point has H = 16 and B·L = ``--tokens`` tokens, 16384 by default (the shape of the cuDNN
+figures in issue 7); B is at least 1.
+Each point times flashrepro (its per-arch default config), torch flash, torch cuDNN and the
+optional peers (:mod:`flashrepro_harness.bench.peers`, FA4's CuTe kernel where it imports) in
+interleaved rounds (:mod:`flashrepro_harness.bench.timing`) and reports TFLOP/s of the medians and
+flashrepro's time over the best peer's (the fastest of cuDNN and the peers that ran).
+Outputs under ``reproduce/results/<gpu-key>/``: ``bench.json``, ``bench.md`` (tabulate) and
+``bench.png`` (matplotlib: TFLOP/s vs L, one line per kernel, one panel per D x causal x dtype,
+and flashrepro / best peer on each panel's right axis).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+from tabulate import tabulate
+
+from flashrepro_harness import env
+from flashrepro_harness.bench import impls as K
+from flashrepro_harness.bench import peers
+from flashrepro_harness.bench.reproduce import SCHEMA, results_dir
+from flashrepro_harness.bench.timing import interleaved_rounds
+from flashrepro_harness.problem import Problem, add_grid_arguments
+from flashrepro_harness.progress import progress
+
+KERNELS = ["flashrepro", "torch-flash", "torch-cudnn", *peers.PEERS]
+
+
+def sweep_problems(lengths: list[int], head_dims: list[int], dtypes: list[str],
+                   tokens: int) -> list[Problem]:
+    """Every (L, D, causal, dtype) point with H = 16 and B = tokens / L."""
+    return [Problem(batch=max(1, tokens // length), heads=16, seqlen_q=length, seqlen_k=length,
+                    head_dim=d, dtype=dtype, causal=causal)
+            for dtype, d, causal, length in itertools.product(dtypes, head_dims, (False, True),
+                                                              lengths)]
+
+
+def measure_point(problem: Problem, rounds: int, calls: int) -> dict[str, Any]:
+    """TFLOP/s of each kernel at one point (median over rounds of per-round medians)."""
+    inputs = problem.inputs()
+    skipped = {n: r for n in KERNELS if (r := K.available(n, inputs, problem.causal))}
+    fns = {n: K.make_call(n, inputs, problem.causal) for n in KERNELS if n not in skipped}
+    per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=calls)
+    point: dict[str, Any] = {"problem": problem.as_dict(), "skipped": skipped, "kernels": {}}
+    for name, samples in per_round.items():
+        us = statistics.median(samples)
+        point["kernels"][name] = {"median_us": us, "round_medians_us": samples,
+                                  "tflops": problem.flops() / (us * 1e-6) / 1e12}
+    point["best_peer"] = best_peer(point["kernels"])
+    return point
+
+
+def best_peer(kernels: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The fastest of :data:`flashrepro_harness.bench.impls.BEST_PEER_CANDIDATES` that ran, and
+    flashrepro's time over its time (median µs over median µs: > 1 means flashrepro is
+    behind); None when flashrepro or every candidate is missing.
+
+    Args:
+        kernels: a point's ``kernels``: name -> {"median_us": µs, ...}.
+    """
+    ran = [n for n in K.BEST_PEER_CANDIDATES if n in kernels]
+    if "flashrepro" not in kernels or not ran:
+        return None
+    name = min(ran, key=lambda n: kernels[n]["median_us"])
+    return {"name": name,
+            "ratio": kernels["flashrepro"]["median_us"] / kernels[name]["median_us"]}
+
+
+def table(points: list[dict[str, Any]], fmt: str) -> str:
+    """One row per point: TFLOP/s per kernel, flashrepro's ratio to cuDNN's TFLOP/s, and
+    flashrepro's time over the best peer's (:func:`best_peer`) with that peer's name."""
+    rows = []
+    for pt in points:
+        p, ks = pt["problem"], pt["kernels"]
+        tf = {n: ks[n]["tflops"] if n in ks else None for n in KERNELS}
+        gap = (f"{tf['flashrepro'] / tf['torch-cudnn']:.2f}"
+               if tf["flashrepro"] and tf["torch-cudnn"] else "n/a")
+        best = best_peer(ks)
+        rows.append([p["dtype"], p["head_dim"], "yes" if p["causal"] else "no", p["seqlen_q"],
+                     p["batch"], *(f"{v:.0f}" if v else "n/a" for v in tf.values()), gap,
+                     f"{best['ratio']:.3f}" if best else "n/a", best["name"] if best else ""])
+    headers = ["dtype", "D", "causal", "L", "B", *(f"{n} TFLOP/s" for n in KERNELS),
+               "flashrepro / cuDNN (TFLOP/s)", "flashrepro / best peer (time)", "best peer"]
+    return tabulate(rows, headers, tablefmt=fmt)
+
+
+def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
+    """TFLOP/s vs L, one line per kernel, one panel per (dtype, D, causal)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = sorted({(p["problem"]["dtype"], p["problem"]["head_dim"], p["problem"]["causal"])
+                     for p in points})
+    cols = 4
+    rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows), squeeze=False)
+    for ax, (dtype, d, causal) in zip(axes.flat, panels, strict=False):
+        sel = [p for p in points if (p["problem"]["dtype"], p["problem"]["head_dim"],
+                                     p["problem"]["causal"]) == (dtype, d, causal)]
+        for name in KERNELS:
+            xs = [p["problem"]["seqlen_q"] for p in sel if name in p["kernels"]]
+            ys = [p["kernels"][name]["tflops"] for p in sel if name in p["kernels"]]
+            ax.plot(xs, ys, marker="o", label=name)
+        ratios = [(p["problem"]["seqlen_q"], p["best_peer"]["ratio"]) for p in sel
+                  if p.get("best_peer")]
+        if ratios:
+            twin = ax.twinx()
+            twin.plot(*zip(*ratios, strict=True), color="black", linestyle="--", marker="x",
+                      label="flashrepro / best peer (time, right axis)")
+            twin.axhline(1.0, color="grey", linewidth=0.8)
+            twin.set_ylabel("flashrepro / best peer (time)", fontsize=8)
+            if ax is axes.flat[0]:
+                twin.legend(fontsize=7, loc="lower right")
+        ax.set_xscale("log", base=2)
+        ax.set_title(f"{dtype} D={d} {'causal' if causal else 'non-causal'}", fontsize=9)
+        ax.set_xlabel("L (tokens per sequence)")
+        ax.set_ylabel("TFLOP/s")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_grid_arguments(parser, "point")
+    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"],
+                        help="input dtypes (default: %(default)s)")
+    parser.add_argument("--rounds", type=env.positive_int, default=3,
+                        help="interleaved rounds per point (default: %(default)s)")
+    parser.add_argument("--calls", type=env.positive_int, default=10,
+                        help="timed calls per kernel per round (default: %(default)s)")
+    parser.add_argument("--out", type=Path, default=None, help="results folder")
+
+
+def run(args: argparse.Namespace) -> int:
+    if not torch.cuda.is_available():
+        print("bench: the sweep needs a CUDA GPU (torch sees none)")
+        return 1 if env.require_gpu() else 0
+    environment = env.capture()
+    points = [measure_point(p, args.rounds, args.calls)
+              for p in progress(sweep_problems(args.lengths, args.head_dims, args.dtypes,
+                                               args.tokens), "bench points", unit="point")]
+    results = {"schema": SCHEMA, "kind": "bench", "env": environment,
+               "method": {"timer": "cuda-events per call, L2 flushed", "rounds": args.rounds,
+                          "layouts": peers.layouts_note(KERNELS),
+                          "best_peer": "flashrepro median µs / the smallest median µs of "
+                                       + ", ".join(K.BEST_PEER_CANDIDATES) + " (those that ran)",
+                          "calls_per_round": args.calls,
+                          "statistic": "median of per-round medians",
+                          "flops": "4·B·H·L²·D, halved when causal", "tokens": args.tokens},
+               "points": points}
+    out_dir = results_dir(args.out, environment["gpu"]["key"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=1) + "\n")
+    text = caption(environment, args.tokens)
+    (out_dir / "bench.md").write_text(f"# Sweep\n\n{text}\n\n{table(points, 'github')}\n")
+    plot(points, out_dir / "bench.png", text)
+    print(table(points, "simple"))
+    print(text)
+    return 0
+
+
+def caption(environment: dict[str, Any], tokens: int) -> str:
+    """The table's and the plot's caption: GPU, versions, date, the grid's shape
+    (``tokens``: B·L per point, as :func:`sweep_problems`) and the timing method."""
+    gpu = environment["gpu"]
+    return (f"{gpu['name']}, driver {gpu.get('driver', '?')}, torch {environment['torch']}, "
+            f"triton {environment['triton']}, {environment['date']}; H=16, B·L={tokens} "
+            "(B at least 1); CUDA events, L2 flushed, median of per-round medians; "
+            f"{peers.layouts_note(KERNELS)}; best peer: the fastest of "
+            f"{', '.join(K.BEST_PEER_CANDIDATES)} that ran.")

@@ -1,0 +1,220 @@
+"""Environment capture (recorded next to every result) and the ``doctor`` check.
+
+Clocks and the driver version come from NVML (``nvidia-ml-py``) when it is installed;
+everything else from torch, triton and git.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+import triton
+
+from flashrepro.configs import TUNED_TABLE
+from flashrepro_harness.paths import CHECKOUT
+
+
+def shown_path(path: Path) -> str:
+    """``path`` as results and reports show it: relative to the repository root when inside
+    it (so committed results do not carry the path of the checkout that made them), else as
+    given."""
+    try:
+        return str(path.resolve().relative_to(CHECKOUT or Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _git_commit() -> str | None:
+    """The commit the results come from: ``FLASHREPRO_GIT_COMMIT`` when set (the image's build
+    argument; a copied tree whose ``.git`` may be stale), else ``git rev-parse HEAD``, else CI's
+    ``GITHUB_SHA``."""
+    if commit := os.environ.get("FLASHREPRO_GIT_COMMIT"):
+        return commit
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=CHECKOUT, capture_output=True,
+                             text=True, timeout=10, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("GITHUB_SHA")
+    return out.stdout.strip() or None
+
+
+def gpu_key(name: str) -> str:
+    """A file-name-safe GPU model key: 'NVIDIA H200' -> 'nvidia-h200'."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def nvml_clocks(index: int = 0) -> dict[str, Any]:
+    """Current SM and memory clocks (MHz), driver version and temperature (°C) via NVML.
+
+    Returns an empty dict when NVML (``nvidia-ml-py``) or a GPU is not available.
+    """
+    try:
+        import pynvml
+    except ImportError:
+        return {}
+    try:
+        pynvml.nvmlInit()
+        h = pynvml.nvmlDeviceGetHandleByIndex(index)
+        info = {
+            "driver": pynvml.nvmlSystemGetDriverVersion(),
+            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+            "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+            "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
+            "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+        }
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        return {}
+    return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in info.items()}
+
+
+def _version(distribution: str) -> str | None:
+    """The installed version of ``distribution``, None when it is not installed."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def cpu() -> dict[str, Any]:
+    """The host CPU: its model name (Linux ``/proc/cpuinfo``, else ``platform.processor()``)
+    and logical cores. Host µs per call depend on it as much as on the GPU (on two H200 hosts
+    torch SDPA's flash call took 36 and 64 µs of host time, lab/2026-12-01-host-path/)."""
+    model = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"model": model or platform.processor() or None, "logical_cores": os.cpu_count()}
+
+
+def capture() -> dict[str, Any]:
+    """Everything a result depends on besides the code: GPU, SMs, driver, CUDA, versions, the
+    host CPU (:func:`cpu`), date.
+
+    Returns a JSON-ready dict. ``gpu`` is None on a machine without a CUDA GPU.
+    """
+    env: dict[str, Any] = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": _git_commit(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda": torch.version.cuda,
+        "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
+        "image_digest": os.environ.get("FLASHREPRO_IMAGE_DIGEST"),
+        "flash_attn_4": _version("flash-attn-4"),  # the fa4-cute peer (extra fa4), or None
+        "cpu": cpu(),
+        "gpu": None,
+    }
+    if torch.cuda.is_available():
+        props = torch.cuda.get_device_properties(0)
+        env["gpu"] = {
+            "name": props.name,
+            "key": gpu_key(props.name),
+            "capability": f"{props.major}.{props.minor}",
+            "sm_count": props.multi_processor_count,
+            "memory_gib": round(props.total_memory / 2**30, 1),
+            **nvml_clocks(0),
+        }
+    return env
+
+
+def require_gpu() -> bool:
+    """Whether a missing GPU is an error here (``FLASHREPRO_REQUIRE_GPU=1``, the GPU runners)."""
+    return os.environ.get("FLASHREPRO_REQUIRE_GPU", "0") == "1"
+
+
+GIB_PER_XDIST_WORKER = 8
+"""GPU memory budgeted per pytest-xdist worker: a CUDA context plus a test's tensors (the
+> 2^31-offset test holds a 4.3 GB buffer); the largest test needs more, but one at a time."""
+
+
+def xdist_workers() -> int:
+    """pytest-xdist workers for the GPU suite: one per usable CPU core, since Triton's compiles
+    (single-threaded ptxas, on the CPU) take most of the suite's time, and at most one per
+    ``GIB_PER_XDIST_WORKER`` GiB of each visible GPU's memory (at least one per GPU). 1 without
+    a GPU. ``tests/conftest.py`` deals the workers out to the GPUs in turn, so each GPU gets as
+    many as the smallest one can hold.
+    """
+    per_gpu = [max(1, torch.cuda.get_device_properties(i).total_memory
+                   // (GIB_PER_XDIST_WORKER << 30))
+               for i in range(torch.cuda.device_count())]
+    by_memory = len(per_gpu) * min(per_gpu, default=1)
+    return max(1, min(len(os.sched_getaffinity(0)), by_memory))
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an int >= 1."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--require-gpu", action="store_true",
+                        default=require_gpu(),
+                        help="exit 1 when no CUDA GPU is visible (default from "
+                             "FLASHREPRO_REQUIRE_GPU=1)")
+    parser.add_argument("--xdist-workers", action="store_true",
+                        help="print only the number of pytest-xdist workers for the GPU suite "
+                             "(one per usable CPU core, at most one per "
+                             f"{GIB_PER_XDIST_WORKER} GiB of GPU memory) and exit")
+
+
+def no_gpu_reason() -> str:
+    """What ``doctor`` says when torch sees no CUDA GPU, with what to do: a CPU build of torch
+    (``torch.version.cuda`` is None) cannot see one at all; a CUDA build may be kept from it by
+    ``CUDA_VISIBLE_DEVICES`` or, in Docker, by a missing ``--gpus all``."""
+    if torch.version.cuda is None:
+        return (f"none (torch {torch.__version__} is a CPU build; on a GPU host install "
+                "requirements/gpu.in, as nox does where nvidia-smi exists)")
+    return (f"none visible to torch (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}; with Docker, run with "
+            "--gpus all and the NVIDIA container toolkit)")
+
+
+def run(args: argparse.Namespace) -> int:
+    """``doctor``: print what :func:`capture` sees, one ``key: value`` line each; returns 0,
+    or 1 with ``--require-gpu`` when no CUDA GPU is visible (the reason also on stderr)."""
+    if args.xdist_workers:
+        print(xdist_workers())
+        return 0
+    env = capture()
+    lines: list[tuple[str, Any]] = []
+    for key, value in env.items():
+        if key == "cpu":
+            lines += [(f"cpu.{sub}", v) for sub, v in value.items()]
+        elif key != "gpu":
+            lines.append((key, value))
+    lines.append(("tuned table", str(TUNED_TABLE) if TUNED_TABLE.exists() else
+                  f"none at {TUNED_TABLE}: the default launch uses the per-arch rules (the "
+                  "package data flashrepro/tuned.json is missing from this install)"))
+    reason = no_gpu_reason() if env["gpu"] is None else None
+    if reason is not None:
+        lines.append(("gpu", reason))
+    else:
+        lines += [(f"gpu.{key}", value) for key, value in env["gpu"].items()]
+    width = max(len(key) for key, _ in lines)
+    for key, value in lines:
+        print(f"{key:>{width}}: {value}")
+    if reason is not None and args.require_gpu:
+        print(f"doctor: exit 1, --require-gpu (or FLASHREPRO_REQUIRE_GPU=1) and gpu: {reason}",
+              file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,307 @@
+"""Baselines: where they live, what they record, and how a run's environment is matched to one.
+
+A baseline is one JSON file per GPU model and problem,
+``<baseline_dir>/<gpu-key>/<problem-key>.json`` (e.g.
+``reproduce/baselines/nvidia-h200/b2-h16-q1024-k1024-d128-float16-causal.json``), holding the
+per-round samples of one reference run, the environment and timing method they were measured
+with, the gate settings, and an append-only ``history`` of every run that was made a baseline.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from flashrepro_harness.env import gpu_key
+from flashrepro_harness.results import REFERENCE_PREFIX, RESULTS_SCHEMA
+
+SCHEMA = "flashrepro.baseline/1"
+FLASHREPRO_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel",
+                      "flashrepro-p-in-registers")
+"""Records the gate judges: this project's kernels (names from the results JSON format)."""
+REFERENCE_RECORD = "torch-flash"
+"""The denominator of the primary metric: torch SDPA's flash backend, timed in the same rounds."""
+SOFTWARE_FIELDS = ("driver", "cuda", "torch", "triton", "image_digest")
+HARDWARE_FIELDS = ("gpu_key", "gpu_name", "sm_count")
+METHOD_FIELDS = ("timer", "l2", "calls_per_round", "busy_wait_cycles")
+HOOK_FIELD = "injection_hook"
+"""Stored in a baseline's method: whether its run had the slowdown test hook (even at 0)."""
+PROBLEM_FIELDS = ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal")
+
+
+class ResultsError(ValueError):
+    """A results JSON the gate cannot use (names the missing or malformed part)."""
+
+
+@dataclass(frozen=True)
+class EnvDifference:
+    """One field that differs between the baseline's environment and the current run's."""
+
+    field: str
+    baseline: Any
+    current: Any
+
+
+def problem_key(problem: dict[str, Any]) -> str:
+    """File-name key of a problem: ``b2-h16-q1024-k1024-d128-float16-causal``.
+
+    Raises:
+        ResultsError: a field of :data:`PROBLEM_FIELDS` is missing.
+    """
+    missing = [f for f in PROBLEM_FIELDS if f not in problem]
+    if missing:
+        raise ResultsError(f"results 'problem' lacks {missing}")
+    p = problem
+    return (f"b{p['batch']}-h{p['heads']}-q{p['seqlen_q']}-k{p['seqlen_k']}-d{p['head_dim']}-"
+            f"{p['dtype']}-{'causal' if p['causal'] else 'full'}")
+
+
+def fingerprint(env: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a results ``env`` block (:func:`flashrepro_harness.env.capture`) a baseline
+    keys on.
+
+    Raises:
+        ResultsError: ``env.gpu`` is missing or null (the run had no GPU, so no timings).
+    """
+    gpu = env.get("gpu")
+    if not gpu or not gpu.get("key"):
+        raise ResultsError("results 'env.gpu' is null or has no 'key': the gate compares GPU "
+                           "timings, and this run saw no GPU")
+    # The key names a folder: it must be the one the GPU's name gives (no '/' or '..').
+    if gpu["key"] != gpu_key(str(gpu.get("name", ""))):
+        raise ResultsError(f"results 'env.gpu.key' {gpu['key']!r} is not the key of its GPU "
+                           f"name {gpu.get('name')!r} ({gpu_key(str(gpu.get('name', '')))!r})")
+    return {"gpu_key": gpu["key"], "gpu_name": gpu.get("name"), "sm_count": gpu.get("sm_count"),
+            "capability": gpu.get("capability"), "driver": gpu.get("driver"),
+            "cuda": env.get("cuda"), "torch": env.get("torch"), "triton": env.get("triton"),
+            "image_digest": env.get("image_digest")}
+
+
+def baseline_path(baseline_dir: Path, results: dict[str, Any]) -> Path:
+    """``<baseline_dir>/<gpu-key>/<problem-key>.json`` for a results dict."""
+    return Path(baseline_dir) / fingerprint(results["env"])["gpu_key"] / (
+        problem_key(results["problem"]) + ".json")
+
+
+def differences(baseline: dict[str, Any], results: dict[str, Any]) -> list[EnvDifference]:
+    """What differs between a baseline and a run: hardware, software, problem, timing method.
+
+    Software and hardware fields are compared exactly (a value known on one side and unknown on
+    the other counts as a difference), except ``image_digest``, compared only when both sides
+    have one. Method fields are compared when both sides state them; ``rounds`` may differ.
+    A run with the slowdown test hook (even at 0: its busy-wait has a fixed cost) and one
+    without it differ too.
+    """
+    out: list[EnvDifference] = []
+    base_env, cur_env = baseline["env"], fingerprint(results["env"])
+    for f in (*HARDWARE_FIELDS, *SOFTWARE_FIELDS):
+        b, c = base_env.get(f), cur_env.get(f)
+        if f == "image_digest" and (b is None or c is None):
+            continue
+        if b != c:
+            out.append(EnvDifference(f, b, c))
+    for f in PROBLEM_FIELDS:
+        b, c = baseline["problem"].get(f), results["problem"].get(f)
+        if b != c:
+            out.append(EnvDifference(f"problem.{f}", b, c))
+    for f in METHOD_FIELDS:
+        b, c = baseline.get("method", {}).get(f), results.get("method", {}).get(f)
+        if b is not None and c is not None and b != c:
+            out.append(EnvDifference(f"method.{f}", b, c))
+    b, c = baseline.get("method", {}).get(HOOK_FIELD, False), has_hook(results)
+    if b != c:
+        out.append(EnvDifference(f"method.{HOOK_FIELD}", b, c))
+    return out
+
+
+def has_hook(results: dict[str, Any]) -> bool:
+    """Whether a run had the slowdown test hook (``"injection"`` in the results), even at 0."""
+    return bool(results.get("injection"))
+
+
+def _timed(results: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per-round medians (µs) of every record that was timed (``skipped`` records left out)."""
+    out = {}
+    for rec in results["records"]:
+        if rec.get("skipped"):
+            continue
+        values = np.asarray(rec.get("round_medians_us", []), dtype=np.float64)
+        if values.ndim != 1 or values.size == 0:
+            raise ResultsError(f"record {rec.get('name')!r} has no 'round_medians_us' list")
+        out[rec.get("name")] = values
+    return out
+
+
+def _judged(name: str) -> str | None:
+    """The suffix of a flashrepro record name (``"flashrepro (mma.sync)"`` -> ``" (mma.sync)"``),
+    None for any other record."""
+    for base in sorted(FLASHREPRO_RECORDS, key=len, reverse=True):
+        if name.startswith(base):
+            return name[len(base):]
+    return None
+
+
+def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
+    """Per-round samples of a results dict: ``{record: {"us": [...], "ratio": [...]}}``.
+
+    Each flashrepro record is paired with the torch-flash record of the same suffix
+    (``flashrepro`` with ``torch-flash``; ``flashrepro (mma.sync)`` with ``torch-flash
+    (mma.sync)``, timed in the same child process): ``ratio`` is ``record_r / reference_r`` for
+    each round r, both timed in the same interleaved round, so the pair shares that round's
+    clocks. References get ``us`` only; other records (torch's other backends) are left out.
+    A flashrepro record with a reference twin (``reference:<name>``, the same row timed with a
+    reference checkout's code in the same rounds: ``reproduce --reference-src``) also gets
+    ``reference_us`` and ``paired``, the per-round ratio record / twin.
+    Records marked ``skipped`` (could not run on this GPU) are left out.
+
+    Raises:
+        ResultsError: no ``env``, ``problem`` or ``records`` key, no ``torch-flash`` record,
+            a record whose round count differs from its reference's or its twin's, a timed
+            record without round medians, or no flashrepro record with a reference.
+    """
+    missing = [k for k in ("env", "problem", "records") if k not in results]
+    if missing:
+        raise ResultsError(f"results lack the top-level keys {missing}")
+    if results.get("schema") != RESULTS_SCHEMA or results.get("kind") != "reproduce":
+        raise ResultsError(f"results must be a {RESULTS_SCHEMA!r} file of kind 'reproduce' (what "
+                           f"`python -m flashrepro_harness reproduce` writes), got schema "
+                           f"{results.get('schema')!r}, kind {results.get('kind')!r}")
+    timed = _timed(results)
+    if REFERENCE_RECORD not in timed:
+        raise ResultsError(f"results have no {REFERENCE_RECORD!r} record, the reference of the "
+                           "gate's primary metric")
+    out: dict[str, dict[str, list[float]]] = {}
+    for name, us in timed.items():
+        suffix = _judged(name)
+        ref_name = REFERENCE_RECORD + (suffix or "")
+        if suffix is None or ref_name not in timed:
+            continue
+        ref = timed[ref_name]
+        if us.size != ref.size:
+            raise ResultsError(f"record {name!r} has {us.size} rounds but {ref_name!r} "
+                               f"has {ref.size}: per-round ratios need the same rounds")
+        out.setdefault(ref_name, {"us": ref.tolist()})
+        out[name] = {"us": us.tolist(), "ratio": (us / ref).tolist()}
+        twin = timed.get(REFERENCE_PREFIX + name)
+        if twin is not None:
+            if twin.size != us.size:
+                raise ResultsError(f"record {name!r} has {us.size} rounds but its reference "
+                                   f"twin has {twin.size}: paired ratios need the same rounds")
+            out[name]["reference_us"] = twin.tolist()
+            out[name]["paired"] = (us / twin).tolist()
+    if not any("ratio" in s for s in out.values()):
+        raise ResultsError(f"results have none of the records {list(FLASHREPRO_RECORDS)}")
+    return out
+
+
+def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs of one environment as one results dict: each record's rounds concatenated.
+
+    A baseline pooled from runs in separate processes averages out how far one process's ratio
+    sits from another's (on the H200 about 0.7 % sd, lab/2026-11-29-gate-false-alarms/, which a
+    one-run baseline passes on to every run judged against it. Round r of every record still
+    comes from one interleaved round, so per-round ratios stay paired. The env block is the last
+    run's; ``method`` gets the total ``rounds`` and ``pooled_runs``.
+
+    Raises:
+        ResultsError: no runs; runs whose hardware, software, problem or timing method differ
+            (named); or whose timed records differ.
+    """
+    if not runs:
+        raise ResultsError("pool needs at least one results dict")
+    first = runs[0]
+    ref = {"env": fingerprint(first["env"]), "problem": first["problem"],
+           "method": {**first.get("method", {}), HOOK_FIELD: has_hook(first)}}
+    names = list(_timed(first))
+    timed = []
+    for i, run in enumerate(runs):
+        diffs = differences(ref, run)
+        if diffs:
+            raise ResultsError(f"run {i} differs from run 0 in "
+                               + ", ".join(f"{d.field} ({d.baseline} vs {d.current})"
+                                           for d in diffs) + "; pool runs of one environment")
+        timed.append(_timed(run))
+        if list(timed[-1]) != names:
+            raise ResultsError(f"run {i} timed {list(timed[-1])}, run 0 timed {names}")
+    last = runs[-1]
+    return {**last, "method": {**last.get("method", {}), "rounds": sum(t[names[0]].size
+                                                                       for t in timed),
+                               "pooled_runs": len(runs)},
+            "records": [{"name": n, "round_medians_us": np.concatenate([t[n] for t in timed]
+                                                                       ).tolist()}
+                        for n in names]}
+
+
+def load(path: Path) -> dict[str, Any] | None:
+    """The baseline at ``path``, or None when there is none.
+
+    Raises:
+        ValueError: the file is not a baseline of schema :data:`SCHEMA`.
+    """
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    if data.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not a baseline of schema {SCHEMA!r} "
+                         f"(schema {data.get('schema')!r})")
+    return data
+
+
+def history_entry(results: dict[str, Any], samples: dict[str, dict[str, list[float]]]
+                  ) -> dict[str, Any]:
+    """One history line: when, which commit, which software, and the medians of each record."""
+    env = results["env"]
+    fp = fingerprint(env)
+    return {
+        "date": env.get("date"),
+        "git_commit": env.get("git_commit"),
+        "runs": results.get("method", {}).get("pooled_runs", 1),
+        "env": {f: fp[f] for f in SOFTWARE_FIELDS},
+        "median_ratio": {n: float(np.median(s["ratio"])) for n, s in samples.items()
+                         if "ratio" in s},
+        "median_us": {n: float(np.median(s["us"])) for n, s in samples.items()},
+    }
+
+
+def build(results: dict[str, Any], previous: dict[str, Any] | None, settings: dict[str, Any]
+          ) -> dict[str, Any]:
+    """A new baseline from ``results``; ``previous``'s history is kept and one entry appended.
+
+    Args:
+        results: a results dict (see COMMON.md / DESIGN.md "Results JSON").
+        previous: the baseline being replaced, or None.
+        settings: the gate settings to store (threshold, confidence, ...).
+    """
+    samples = round_samples(results)
+    history = list(previous["history"]) if previous else []
+    history.append(history_entry(results, samples))
+    return {
+        "schema": SCHEMA,
+        "gpu_key": fingerprint(results["env"])["gpu_key"],
+        "problem_key": problem_key(results["problem"]),
+        "problem": {f: results["problem"][f] for f in PROBLEM_FIELDS},
+        "env": {**fingerprint(results["env"]), "date": results["env"].get("date"),
+                "git_commit": results["env"].get("git_commit"),
+                "python": results["env"].get("python")},
+        "method": {**results.get("method", {}), HOOK_FIELD: has_hook(results)},
+        "gate": settings,
+        "records": {n: {"round_medians_us": s["us"], **({"round_ratios": s["ratio"]}
+                                                        if "ratio" in s else {})}
+                    for n, s in samples.items()},
+        # host and eager µs per call of every record that has them: shown beside later runs'
+        # under the gate, never gated (flashrepro_harness.gate.host)
+        "host_cost": {rec["name"]: {f: rec[f] for f in ("host_us", "eager_us")}
+                      for rec in results["records"]
+                      if not rec.get("skipped") and "host_us" in rec and "eager_us" in rec},
+        "history": history,
+    }
+
+
+def write(path: Path, baseline: dict[str, Any]) -> None:
+    """Write ``baseline`` to ``path`` (parents created), indented JSON."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(baseline, indent=1) + "\n")

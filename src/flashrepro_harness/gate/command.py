@@ -1,0 +1,120 @@
+"""``python -m flashrepro_harness gate``: judge a results JSON against its per-GPU baseline.
+
+Exit codes: 0 pass, 1 regression, 2 no baseline, 3 environment mismatch, 4 unusable input.
+The verdict is printed, written to ``--summary`` and appended to ``$GITHUB_STEP_SUMMARY`` when
+set, and written as JSON to ``--verdict-json`` when given. The results files are only read: a
+checker does not modify its input (``reproduce --gate`` stores the verdict in the
+``reproduce.json`` it writes itself).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from flashrepro_harness.gate.check import ExitCode, Verdict, check, update_baseline
+from flashrepro_harness.outputs import OutputError, output_file, write_text
+from flashrepro_harness.report import write_summary
+from flashrepro_harness.results import baseline_dir
+
+
+def _fraction(name: str, low: float, high: float, closed_low: bool):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
+        ok = (low <= value if closed_low else low < value) and value < high
+        if not ok:
+            lo = "[" if closed_low else "("
+            raise argparse.ArgumentTypeError(f"{name} must be in {lo}{low}, {high}), got {value}")
+        return value
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--results", type=Path, required=True, nargs="+",
+                        help="results JSON of a reproduce run "
+                             "(reproduce/results/<gpu-key>/reproduce.json); with "
+                             "--update-baseline, several runs (each its own process) are pooled "
+                             "into one baseline. Only read, never modified (the verdict goes to "
+                             "--verdict-json)")
+    parser.add_argument("--baseline-dir", type=Path, default=baseline_dir(),
+                        help="root of the per-GPU baselines (default: $FLASHREPRO_BASELINE_DIR "
+                             "or reproduce/baselines)")
+    parser.add_argument("--update-baseline", action="store_true",
+                        help="make this run the baseline (history kept and appended); exit 0")
+    parser.add_argument("--threshold", type=_fraction("--threshold", 0, 1, True), default=None,
+                        help="tolerated slowdown of the ratio to torch-flash (to the reference "
+                             "twin for paired rows), e.g. 0.02 = 2%% "
+                             "(default: the baseline's stored value, else 0.02)")
+    parser.add_argument("--abs-threshold", type=_fraction("--abs-threshold", 0, 1, True),
+                        default=None, help="warn when absolute µs are slower by more than this "
+                                           "(default: the baseline's, else 0.10)")
+    parser.add_argument("--confidence", type=_fraction("--confidence", 0.5, 1, False),
+                        default=None, help="two-sided bootstrap confidence (default 0.95)")
+    parser.add_argument("--allow-env-mismatch", action="store_true",
+                        help="compare even when driver/CUDA/torch/triton/image differ (warns)")
+    parser.add_argument("--summary", type=output_file, default=None,
+                        help="write the verdict as markdown to this file (missing folders are "
+                             "created)")
+    parser.add_argument("--verdict-json", type=output_file, default=None,
+                        help="write the verdict as JSON to this file (what reproduce --gate "
+                             "stores under \"gate\" in its reproduce.json)")
+
+
+def publish(verdict: Verdict, summary: Path | None = None) -> None:
+    """Print the verdict's markdown, write it to ``summary`` (when given) and append it to
+    ``$GITHUB_STEP_SUMMARY`` (when set, and not ``summary`` itself). Storing
+    ``verdict.as_dict()`` under ``"gate"`` in a results JSON is the part of the command that
+    writes that file (``reproduce --gate``); ``gate`` never modifies its input.
+
+    Raises:
+        OutputError: ``summary`` cannot be written.
+        OSError: ``$GITHUB_STEP_SUMMARY`` cannot be appended to.
+    """
+    print(verdict.markdown)
+    if summary is not None:  # first, for an error that names --summary
+        write_text("--summary", summary, verdict.markdown)
+    write_summary(verdict.markdown, summary)
+
+
+def run(args: argparse.Namespace) -> int:
+    paths = args.results
+    if len(paths) > 1 and not args.update_baseline:
+        print("gate: several --results files are pooled only with --update-baseline; judge one "
+              "run at a time", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    runs = []
+    for path in paths:
+        try:
+            runs.append(json.loads(path.read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"gate: --results {path}: cannot read a JSON file: {exc}", file=sys.stderr)
+            return ExitCode.BAD_INPUT
+    names = " ".join(str(p) for p in paths)
+    kwargs = {"threshold": args.threshold, "abs_threshold": args.abs_threshold,
+              "confidence": args.confidence, "results_path": names}
+    try:
+        if args.update_baseline:
+            verdict = update_baseline(runs, args.baseline_dir, **kwargs)
+        else:
+            verdict = check(runs[0], args.baseline_dir,
+                            allow_env_mismatch=args.allow_env_mismatch, **kwargs)
+    except ValueError as exc:  # ResultsError included
+        print(f"gate: --results {names}: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    try:
+        publish(verdict, args.summary)
+        if args.verdict_json is not None:
+            write_text("--verdict-json", args.verdict_json,
+                       json.dumps(verdict.as_dict(), indent=1) + "\n")
+    except OutputError as exc:
+        print(f"gate: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    except OSError as exc:
+        print(f"gate: $GITHUB_STEP_SUMMARY: cannot append the verdict: {exc}", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    return int(verdict.exit_code)
