@@ -48,7 +48,6 @@ import triton.profiler as proton
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem, load_article
-from lab.probes import smoke
 from lab.probes.variant_probe import edited_source, load_edited
 from lab.probes.ws_probe import ws_call
 
@@ -205,8 +204,7 @@ def main() -> None:
             problems[f"b16-l1024-d{d}-{'causal' if causal else 'noncausal'}"] = Problem(
                 batch=16, heads=16, seqlen_q=1024, seqlen_k=1024, head_dim=d,
                 dtype="float16", causal=causal)
-    chosen = smoke.first(sys.argv[2:] or ["article-noncausal", "article-causal",
-                                          "b16-l1024-d128-noncausal"])
+    chosen = sys.argv[2:] or ["article-noncausal", "article-causal", "b16-l1024-d128-noncausal"]
     if unknown := [name for name in chosen if name not in problems]:
         sys.exit(f"unknown problems {unknown}; choose from {sorted(problems)}")
     with tempfile.TemporaryDirectory() as tmp:
