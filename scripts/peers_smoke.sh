@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU smoke run of the optional peers (issue 21) and the host-cost columns (issue 20 item 2):
+# GPU smoke run of the optional peers and the host-cost columns:
 # reproduce (fa4-cute rows where flash_attn.cute imports, host/eager µs per call) and a short
 # bench sweep (flashrepro / best peer), everything written under $OUT.
 #
@@ -29,15 +29,15 @@ from flashrepro_harness.bench import peers
 for name in peers.PEERS:
     print(f"{name}: {peers.import_error(name) or 'imports'}")
 PY
-"$PY" -m flashrepro doctor | tee "$OUT/doctor.txt"
+"$PY" -m flashrepro_harness doctor | tee "$OUT/doctor.txt"
 # reproduce: the article config and its non-causal twin, every kernel and peer, host/eager µs
-"$PY" -m flashrepro reproduce --rounds "$ROUNDS" --no-sass --no-mma-sync \
+"$PY" -m flashrepro_harness reproduce --rounds "$ROUNDS" --no-sass --no-mma-sync \
   --out "$OUT/reproduce" 2>&1 | tee "$OUT/reproduce.log"
 # a short sweep: D 64 and 128, L 512..16384, fp16 (bf16 too with DTYPES="float16 bfloat16")
-"$PY" -m flashrepro bench --dtypes ${DTYPES:-float16} --rounds "${BENCH_ROUNDS:-5}" \
+"$PY" -m flashrepro_harness bench --dtypes ${DTYPES:-float16} --rounds "${BENCH_ROUNDS:-5}" \
   --out "$OUT/bench" 2>&1 | tee "$OUT/bench.log"
 # tune's table with the peer rows, one problem
-"$PY" -m flashrepro tune --lengths 1024 --head-dims 128 --masks causal --rounds 3 \
+"$PY" -m flashrepro_harness tune --lengths 1024 --head-dims 128 --masks causal --rounds 3 \
   2>&1 | tee "$OUT/tune.log"
 "$PY" - "$OUT" <<'PY'
 import json, sys

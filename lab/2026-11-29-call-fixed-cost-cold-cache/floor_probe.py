@@ -24,10 +24,9 @@ import sys
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem
-from lab.probes import smoke
+from flashrepro.bench.timing import interleaved_rounds
 from lab.probes.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
 from lab.probes.kernel_durations import back_to_back
-from lab.probes.smoke import interleaved_rounds
 from lab.probes.ws_probe import ws_call
 
 SHAPES = [(1, 1, 128), (1, 132, 128), (1, 66, 256), (1, 33, 512), (2, 16, 1024)]  # B, H, L
@@ -39,7 +38,7 @@ def problems() -> list[Problem]:
 
 
 def timing() -> None:
-    for problem in smoke.first(problems()):
+    for problem in problems():
         q, k, v = problem.inputs()
         fns = peer_calls(q, k, v, False)
         fns["ws tilegrid"] = ws_call(q, k, v, False, (128, 2), None)
@@ -48,7 +47,7 @@ def timing() -> None:
 
 
 def calls() -> None:
-    for problem in smoke.first(problems()[:4]):
+    for problem in problems()[:4]:
         back_to_back(problem, 5)
 
 

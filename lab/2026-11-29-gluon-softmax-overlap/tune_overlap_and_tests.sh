@@ -11,7 +11,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 start=$(date +%s)
 timeout 200 python3 -m pytest -q -rfE -n 16 -p no:cacheprovider tests/test_mma_sync.py \
@@ -19,8 +18,8 @@ timeout 200 python3 -m pytest -q -rfE -n 16 -p no:cacheprovider tests/test_mma_s
   > "$W/tests.txt" 2>&1
 echo "tests rc=$? [$(($(date +%s) - start)) s]"; tail -3 "$W/tests.txt"
 timeout 130 python3 -m flashrepro tune --rounds 3 --configs "64x64 w4 s3 tma" fa3-overlap \
-  "${TUNE_SMOKE[@]}" > "$W/tune-overlap.txt" 2>&1
+  > "$W/tune-overlap.txt" 2>&1
 echo "overlap tune rc=$? [$(($(date +%s) - start)) s]"; grep best "$W/tune-overlap.txt"
 DISABLE_MMA_V3=1 timeout 80 python3 -m flashrepro tune --head-dims 96 --lengths 512 2048 8192 \
-  --configs "64x64 w4 s3" "128x64 w8 s3" "${TUNE_SMOKE[@]}" > "$W/tune-mma-sync-d96.txt" 2>&1
+  --configs "64x64 w4 s3" "128x64 w8 s3" > "$W/tune-mma-sync-d96.txt" 2>&1
 echo "d96 tune rc=$? [$(($(date +%s) - start)) s]"; grep best "$W/tune-mma-sync-d96.txt"

@@ -16,7 +16,6 @@ cd "$(dirname "$0")/../.."
 mkdir -p "$OUT"
 export FLASHREPRO_REQUIRE_GPU=1 PYTHONUNBUFFERED=1
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 TRITON_CACHE_DIR=$(mktemp -d)
 export TRITON_CACHE_DIR
 

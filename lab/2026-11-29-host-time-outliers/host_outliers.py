@@ -23,10 +23,9 @@ from tabulate import tabulate
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import load_article
 from flashrepro.bench.timing import HOST_MARGIN, busy_wait_us, time_calls_and_host
-from lab.probes import smoke
 
 NAMES = ["flashrepro", "flashrepro-article-config", "torch-flash"]
-ROUNDS, CALLS = smoke.rounds(60), smoke.calls(10)
+ROUNDS, CALLS = 60, 10
 
 
 def host_times(fn, gc_on: bool) -> list[tuple[int, float]]:

@@ -8,23 +8,20 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W/ci" "$W/gate" "$W/base"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 start=$(date +%s)
-PYTHONPATH=$PWD/src:$PWD timeout 60 python3 lab/probes/host_probe.py > "$W/host_probe.md" 2>&1
+PYTHONPATH=$PWD/src timeout 60 python3 lab/probes/host_probe.py > "$W/host_probe.md" 2>&1
 echo "host probe rc=$? [$(($(date +%s) - start)) s]"; cat "$W/host_probe.md"
-cp -r reproduce/baselines "$W/baselines"  # the new baseline goes there, not into reproduce/
 PYTHONPATH=$PWD/src timeout 120 python3 -m flashrepro reproduce --no-sass --out "$W/base" \
-  --update-baseline --baseline-dir "$W/baselines" "${REPRODUCE_SMOKE[@]}" > "$W/base/reproduce.txt" 2>&1
+  --update-baseline > "$W/base/reproduce.txt" 2>&1
 echo "baseline run rc=$? [$(($(date +%s) - start)) s]"; head -19 "$W/base/reproduce.txt"
-# the gate step judges against the baseline just made, on this machine
-OUT=$W/ci FLASHREPRO_BASELINE_DIR=$W/baselines timeout 360 bash scripts/ci_steps.sh > "$W/ci_steps.log" 2>&1
+cp -r reproduce/baselines "$W/baselines"
+OUT=$W/ci timeout 360 bash scripts/ci_steps.sh > "$W/ci_steps.log" 2>&1
 echo "ci_steps rc=$? [$(($(date +%s) - start)) s]"
 grep -E " passed| failed|rc=|exit [0-9]|Warning" "$W/ci_steps.log" | tail -12
 grep -E "^### " "$W/ci/summary.md"
 left=$((575 - $(date +%s) + start))
 OUT=$W/gate PYTHONPATH=$PWD/src timeout $left python3 scripts/gate_experiment.py \
-  --runs "$(lab_pick 10 2)" --rounds "$(lab_pick 100 5)" --repeats "$(lab_pick 15 2)" \
-  --workers "$(lab_pick 4 2)" > "$W/gate_experiment.txt" 2>&1
+  --runs 10 > "$W/gate_experiment.txt" 2>&1
 echo "gate experiment rc=$? [$(($(date +%s) - start)) s]"; tail -20 "$W/gate_experiment.txt"
 rm -rf "$W/gate/baselines"  # carries the hook: never a baseline to commit

@@ -4,8 +4,7 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
-python3 -m flashrepro tune --lengths 1024 --head-dims 128 --calls 10 "${TUNE_SMOKE[@]}" > "$OUT/tune-b16.txt" 2>&1
-python3 -m flashrepro tune --lengths 1024 --head-dims 128 --calls 20 --tokens 2048 "${TUNE_SMOKE[@]}" > "$OUT/tune-b2.txt" 2>&1
-python3 -m flashrepro reproduce --no-sass --out "$OUT" "${REPRODUCE_SMOKE[@]}" 2>&1 | head -13
+python3 -m flashrepro tune --lengths 1024 --head-dims 128 --calls 10 > "$OUT/tune-b16.txt" 2>&1
+python3 -m flashrepro tune --lengths 1024 --head-dims 128 --calls 20 --tokens 2048 > "$OUT/tune-b2.txt" 2>&1
+python3 -m flashrepro reproduce --no-sass --out "$OUT" 2>&1 | head -13
 grep -h -A33 "causal: best" "$OUT"/tune-b*.txt

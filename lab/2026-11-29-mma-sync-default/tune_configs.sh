@@ -10,13 +10,12 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 start=$(date +%s)
 DISABLE_MMA_V3=1 timeout 330 python3 -m flashrepro tune \
-  --configs "64x64 w4 s3" "128x64 w8 s3" "128x64 w8 s2" "${TUNE_SMOKE[@]}" > "$W/tune-mma-sync.txt" 2>&1
+  --configs "64x64 w4 s3" "128x64 w8 s3" "128x64 w8 s2" > "$W/tune-mma-sync.txt" 2>&1
 echo "mma.sync tune rc=$? [$(($(date +%s) - start)) s]"; grep best "$W/tune-mma-sync.txt"
 timeout 220 python3 -m flashrepro tune --head-dims 128 --masks full \
   --configs "64x64 w4 s3 tma" "64x64 w4 s4 tma" "64x128 w4 s3 tma" "128x64 w8 s4 tma" \
-  "128x128 w8 s3 tma" "${TUNE_SMOKE[@]}" > "$W/tune-noncausal.txt" 2>&1
+  "128x128 w8 s3 tma" > "$W/tune-noncausal.txt" 2>&1
 echo "non-causal tune rc=$? [$(($(date +%s) - start)) s]"; grep best "$W/tune-noncausal.txt"

@@ -8,7 +8,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 start=$(date +%s)
 for mask in full causal; do

@@ -17,8 +17,8 @@
 import pytest
 import torch
 
-from flashrepro import KernelConfig, launch
-from tests.conftest import _fresh_launch_plans  # noqa: F401 (autouse; these tests patch _num_sms)
+import flashrepro
+from flashrepro import KernelConfig
 from tests.reference import check_parity, random_qkv
 
 DEV = torch.device("cuda")
@@ -45,7 +45,7 @@ MASKS = {"full": (False, False), "top-left": (True, False), "bottom-right": (Tru
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("config", WS, ids=KernelConfig.label)
 def test_ws_many_tiles_per_program(config, d, dtype, mask, programs, monkeypatch):
-    monkeypatch.setattr(launch, "_num_sms", lambda q: programs)
+    monkeypatch.setattr(flashrepro.api, "_num_sms", lambda q: programs)
     causal, bottom_right = MASKS[mask]
     b, h, h_kv, lq, lk = 4, 16, 4, 777, 901  # 4·16·7 = 448 tiles
     q, k, v = random_qkv(b, h, lq, lk, d, dtype, DEV, h_kv=h_kv)

@@ -10,7 +10,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 start=$(date +%s)
 timeout 400 python3 -m pytest -q -rfE -n 8 -p no:cacheprovider lab/2026-11-29-persistent-tile-boundary/scale0_checks.py \
   > "$OUT/checks.txt" 2>&1

@@ -26,9 +26,8 @@ import ws_before
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem, load_article
-from lab.probes import smoke
+from flashrepro.bench.timing import interleaved_rounds
 from lab.probes.gluon_probe import RATIO_HEADERS, gluon_call, peer_calls, ratio_rows
-from lab.probes.smoke import interleaved_rounds
 from lab.probes.ws_probe import ws_call
 
 
@@ -70,7 +69,7 @@ def timing(problem: Problem, rounds: int, mode: str = "a") -> list[list]:
 def main() -> None:
     rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 30
     mode = sys.argv[2] if len(sys.argv) > 2 else "a"
-    for problem in smoke.first(problems()[:5] if mode == "blocks" else problems()):
+    for problem in problems()[:5] if mode == "blocks" else problems():
         print(tabulate(timing(problem, rounds, mode), RATIO_HEADERS, tablefmt="github"),
               flush=True)
 

@@ -4,9 +4,8 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.limit --format=csv | tee "$OUT/nvidia-smi.csv"
 python3 -m flashrepro doctor --require-gpu 2>&1 | tee "$OUT/doctor.txt"
 python3 -m pytest -m gpu -n 8 -q -p no:cacheprovider tests/test_parity.py 2>&1 | tail -30 | tee "$OUT/parity.txt"
-python3 -m flashrepro reproduce --no-sass --out "$OUT" "${REPRODUCE_SMOKE[@]}" 2>&1 | tee "$OUT/reproduce.txt"
-python3 -m flashrepro tune --lengths 1024 4096 --head-dims 128 "${TUNE_SMOKE[@]}" 2>&1 | tee "$OUT/tune.txt"
+python3 -m flashrepro reproduce --no-sass --out "$OUT" 2>&1 | tee "$OUT/reproduce.txt"
+python3 -m flashrepro tune --lengths 1024 4096 --head-dims 128 2>&1 | tee "$OUT/tune.txt"

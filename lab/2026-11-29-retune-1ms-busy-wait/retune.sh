@@ -7,14 +7,13 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$W/nvidia-smi.csv"
 start=$(date +%s)
-timeout 230 python3 -m flashrepro tune "${TUNE_WRITE[@]}" "${TUNE_SMOKE[@]}" > "$W/tune.txt" 2>&1
+timeout 230 python3 -m flashrepro tune --write > "$W/tune.txt" 2>&1
 echo "tune rc=$? [$(($(date +%s) - start)) s]"; cp src/flashrepro/tuned.json "$W/"; grep best "$W/tune.txt"
 timeout 120 python3 -m flashrepro reproduce --no-sass --out "$W" --update-baseline \
-  --baseline-dir "$W/baselines" "${REPRODUCE_SMOKE[@]}" > "$W/reproduce.txt" 2>&1
+  --baseline-dir "$W/baselines" > "$W/reproduce.txt" 2>&1
 echo "reproduce rc=$? [$(($(date +%s) - start)) s]"; head -20 "$W/reproduce.txt"
-timeout 120 python3 -m flashrepro bench --rounds 3 --calls 5 --out "$W" "${BENCH_SMOKE[@]}" > "$W/bench.txt" 2>&1
-echo "bench rc=$? [$(($(date +%s) - start)) s]"; grep -E "^\| float16 +\| +128" "$W/bench.md" || true  # no D=128 row under smoke
+timeout 120 python3 -m flashrepro bench --rounds 3 --calls 5 --out "$W" > "$W/bench.txt" 2>&1
+echo "bench rc=$? [$(($(date +%s) - start)) s]"; grep -E "^\| float16 +\| +128" "$W/bench.md"

@@ -6,13 +6,12 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 start=$(date +%s)
 timeout 170 python3 -m flashrepro tune --rounds 3 --against-table --head-dims 64 --masks causal \
   --lengths 512 1024 2048 --configs "128x64 w8 s4 tma overlap ws" "128x64 w8 s3 tma overlap ws" \
-  "128x64 w8 s2 tma overlap ws" "${TUNE_SMOKE[@]}" > "$OUT/tune_d64.txt" 2>&1
+  "128x64 w8 s2 tma overlap ws" > "$OUT/tune_d64.txt" 2>&1
 echo "tune d64 rc=$? [$(($(date +%s) - start)) s]"; grep -v Warning "$OUT/tune_d64.txt" | grep -v "samples ="
 timeout 90 python3 -m flashrepro tune --rounds 3 --against-table --head-dims 128 --masks causal \
   --lengths 512 1024 --configs "128x64 w8 s4 tma overlap ws" "128x64 w8 s3 tma overlap ws" \
-  "${TUNE_SMOKE[@]}" > "$OUT/tune_d128.txt" 2>&1
+  > "$OUT/tune_d128.txt" 2>&1
 echo "tune d128 rc=$? [$(($(date +%s) - start)) s]"; grep -v Warning "$OUT/tune_d128.txt" | grep -v "samples ="

@@ -9,7 +9,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 start=$(date +%s)
 timeout 200 python3 lab/2026-11-29-three-consumer-tile/coldstart_probe.py timing > "$OUT/timing.txt" 2>&1
 echo "timing rc=$? [$(($(date +%s) - start)) s]"; grep -v Warning "$OUT/timing.txt" | grep -v "samples = "

@@ -29,9 +29,9 @@ from pathlib import Path
 import torch
 from tabulate import tabulate
 
-from lab.probes import smoke, ws_probe
+from flashrepro.bench.timing import interleaved_rounds
+from lab.probes import ws_probe
 from lab.probes.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
-from lab.probes.smoke import interleaved_rounds
 from lab.probes.variant_probe import load_edited, problems
 from lab.probes.ws_probe import ws_call
 
@@ -82,7 +82,7 @@ def main() -> None:
                 print(f"## {label}\n", flush=True)
                 ws_probe.parity(module)
             return
-        for problem in smoke.first(problems()[:6]):
+        for problem in problems()[:6]:
             q, k, v = problem.inputs()
             sms = torch.cuda.get_device_properties(q.device).multi_processor_count
             fns = peer_calls(q, k, v, problem.causal)

@@ -26,9 +26,9 @@ import torch
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem
+from flashrepro.bench.timing import interleaved_rounds
 from lab.probes import gluon_probe
 from lab.probes.gluon_probe import CASES, RATIO_HEADERS, peer_calls, ratio_rows
-from lab.probes.smoke import interleaved_rounds
 from lab.probes.ws_probe import ws_call
 
 D64_CASES = [c for c in CASES if c[5] == 64] + [  # b, h, h_kv, lq, lk, d, causal, br, dtype

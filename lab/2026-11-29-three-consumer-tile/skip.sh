@@ -8,7 +8,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 start=$(date +%s)
 timeout 100 python3 lab/probes/ws_probe.py parity > "$OUT/parity2.txt" 2>&1
 echo "parity2 rc=$? [$(($(date +%s) - start)) s] ok=$(grep -c '| ok' "$OUT/parity2.txt") fail=$(grep -c FAIL "$OUT/parity2.txt")"

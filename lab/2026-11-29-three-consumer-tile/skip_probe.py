@@ -20,8 +20,8 @@ import torch
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem
+from flashrepro.bench.timing import interleaved_rounds
 from lab.probes.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
-from lab.probes.smoke import interleaved_rounds
 from lab.probes.variant_probe import load_module
 from lab.probes.ws_probe import ws_call
 

@@ -8,7 +8,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$OUT/nvidia-smi.csv"
 start=$(date +%s)
 timeout 150 python3 lab/probes/timeline_probe.py "$OUT/timeline" > "$OUT/timeline.txt" 2>&1
@@ -17,4 +16,4 @@ timeout 200 python3 lab/2026-11-29-three-consumer-tile/consumers_probe.py timing
 echo "timing rc=$? [$(($(date +%s) - start)) s]"; grep -v Warning "$OUT/consumers-timing.txt" | grep -v "samples = "
 timeout 200 python3 lab/2026-11-29-three-consumer-tile/consumers_probe.py parity > "$OUT/consumers-parity.txt" 2>&1
 echo "parity rc=$? [$(($(date +%s) - start)) s] ok=$(grep -c '| ok' "$OUT/consumers-parity.txt") fail=$(grep -c FAIL "$OUT/consumers-parity.txt")"
-grep FAIL "$OUT/consumers-parity.txt" | head || true  # none when every case passes
+grep FAIL "$OUT/consumers-parity.txt" | head

@@ -10,7 +10,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$W/nvidia-smi.csv"
 pip install -q --no-index --find-links .whl pytest pytest-xdist hypothesis > /dev/null 2>&1
@@ -20,9 +19,9 @@ echo "timeline rc=$? [$(($(date +%s) - start)) s]"; grep -v "^first events" "$W/
 timeout 200 python3 -m pytest -q -n 6 -p no:cacheprovider tests/test_parity.py \
   -k "fa3-ws3 or 192x64 or three_consumers" > "$W/parity.txt" 2>&1
 echo "parity rc=$? [$(($(date +%s) - start)) s]"; tail -3 "$W/parity.txt"
-timeout 150 python3 -m flashrepro tune --rounds 5 --head-dims 64 --against-table "${TUNE_WRITE[@]}" \
+timeout 150 python3 -m flashrepro tune --rounds 5 --head-dims 64 --against-table --write \
   --configs fa3-ws3 "192x128 w12 s2 tma overlap ws" "192x64 w12 s4 tma overlap ws" \
-  "${TUNE_SMOKE[@]}" > "$W/tune.txt" 2>&1
+  > "$W/tune.txt" 2>&1
 echo "tune rc=$? [$(($(date +%s) - start)) s]"; cp src/flashrepro/tuned.json "$W/"; grep best "$W/tune.txt"
-timeout 170 python3 -m flashrepro bench --rounds 3 --calls 5 --out "$W" "${BENCH_SMOKE[@]}" > "$W/bench.txt" 2>&1
+timeout 170 python3 -m flashrepro bench --rounds 3 --calls 5 --out "$W" > "$W/bench.txt" 2>&1
 echo "bench rc=$? [$(($(date +%s) - start)) s]"; grep -E "^\| float16 +\| +64" "$W/bench.md"

@@ -4,9 +4,8 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
-timeout 420 python3 -m flashrepro tune "${TUNE_WRITE[@]}" --calls 10 "${TUNE_SMOKE[@]}" 2>&1 > "$OUT/tune.txt"; echo "tune rc=$?"
+timeout 420 python3 -m flashrepro tune --write --calls 10 2>&1 > "$OUT/tune.txt"; echo "tune rc=$?"
 grep "best" "$OUT/tune.txt"
 cp src/flashrepro/tuned.json "$OUT/" 2>/dev/null
-python3 -m flashrepro reproduce --no-sass --out "$OUT" "${REPRODUCE_SMOKE[@]}" 2>&1 | tee "$OUT/reproduce.txt" | head -14
-timeout 150 python3 -m flashrepro bench --out "$OUT" "${BENCH_SMOKE[@]}" 2>&1 | tail -60
+python3 -m flashrepro reproduce --no-sass --out "$OUT" 2>&1 | tee "$OUT/reproduce.txt" | head -14
+timeout 150 python3 -m flashrepro bench --out "$OUT" 2>&1 | tail -60

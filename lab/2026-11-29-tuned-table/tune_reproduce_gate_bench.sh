@@ -4,15 +4,13 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
-timeout 110 python3 -m flashrepro tune "${TUNE_WRITE[@]}" --calls 10 "${TUNE_SMOKE[@]}" > "$W/tune.txt" 2>&1
+timeout 110 python3 -m flashrepro tune --write --calls 10 > "$W/tune.txt" 2>&1
 echo "tune rc=$?"; cp src/flashrepro/tuned.json "$W/"; grep best "$W/tune.txt"
 timeout 60 python3 -m flashrepro reproduce --no-sass --out "$W" --update-baseline \
-  --baseline-dir "$W/baselines" "${REPRODUCE_SMOKE[@]}" > "$W/reproduce.txt" 2>&1; echo "reproduce rc=$?"
+  --baseline-dir "$W/baselines" > "$W/reproduce.txt" 2>&1; echo "reproduce rc=$?"
 head -13 "$W/reproduce.txt"
-OUT=$W/gate timeout 150 python3 scripts/gate_experiment.py --workers 2 --repeats "$(lab_pick 10 2)" \
-  --runs "$(lab_pick 20 2)" --rounds "$(lab_pick 100 5)" \
+OUT=$W/gate timeout 150 python3 scripts/gate_experiment.py --workers 2 --repeats 10 \
   > "$W/gate_experiment.txt" 2>&1; echo "gate rc=$?"; tail -25 "$W/gate_experiment.txt"
-timeout 75 python3 -m flashrepro bench --rounds 2 --calls 5 --out "$W" "${BENCH_SMOKE[@]}" > "$W/bench.txt" 2>&1
+timeout 75 python3 -m flashrepro bench --rounds 2 --calls 5 --out "$W" > "$W/bench.txt" 2>&1
 echo "bench rc=$?"; tail -52 "$W/bench.txt"

@@ -9,7 +9,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 start=$(date +%s)
 timeout 240 python3 lab/probes/variant_probe.py --problems 4 \
   prefetch=lab/2026-11-29-turn-next-q-epilogue/ws_pf.py > "$OUT/timing.txt" 2>&1

@@ -10,12 +10,11 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 start=$(date +%s)
 timeout 150 python3 lab/probes/variant_probe.py --problems 4 \
   56f4f97=lab/2026-11-29-turn-next-q-epilogue/ws_56f4f97.py > "$OUT/timing.txt" 2>&1
 echo "timing rc=$? [$(($(date +%s) - start)) s]"; grep -v Warning "$OUT/timing.txt" | grep -v "samples = "
 timeout 150 python3 lab/probes/ws_probe.py parity > "$OUT/parity.txt" 2>&1
 echo "parity rc=$? [$(($(date +%s) - start)) s] ok=$(grep -c '| ok' "$OUT/parity.txt") fail=$(grep -c FAIL "$OUT/parity.txt")"
-timeout 110 python3 -m flashrepro reproduce --gate --no-sass --out "$OUT" "${REPRODUCE_SMOKE[@]}" > "$OUT/gate.txt" 2>&1
+timeout 110 python3 -m flashrepro reproduce --gate --no-sass --out "$OUT" > "$OUT/gate.txt" 2>&1
 echo "gate rc=$? [$(($(date +%s) - start)) s]"; grep -E "^flashrepro |torch-(flash|cudnn)|gate:|GATE|gate" "$OUT/gate.txt" | head -14

@@ -9,7 +9,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$OUT/nvidia-smi.csv"
 start=$(date +%s)
 timeout 200 python3 lab/2026-11-29-turn-next-q-epilogue/turn_probe.py parity > "$OUT/turn_parity.txt" 2>&1

@@ -87,8 +87,8 @@ def main() -> None:
     from tabulate import tabulate
 
     from flashrepro.bench.problem import Problem, load_article
+    from flashrepro.bench.timing import interleaved_rounds
     from lab.probes.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
-    from lab.probes.smoke import interleaved_rounds
     from lab.probes.ws_probe import parity, ws_call
 
     variant = load_variant()

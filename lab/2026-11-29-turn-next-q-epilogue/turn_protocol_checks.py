@@ -29,9 +29,8 @@ import pytest
 import torch
 
 import flashrepro
-from flashrepro import KernelConfig, launch
+from flashrepro import KernelConfig
 from flashrepro.kernels import fwd_gluon_ws
-from tests.conftest import _fresh_launch_plans  # noqa: F401 (autouse; these tests patch _num_sms)
 from tests.reference import assert_parity, check_parity, poisoned_like, random_qkv, relayout
 
 DEV = torch.device("cuda")
@@ -47,7 +46,7 @@ MASKS = {"full": (False, False), "top-left": (True, False), "bottom-right": (Tru
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("config", WS, ids=KernelConfig.label)
 def test_turn_over_many_tiles_per_program(config, d, mask, programs, monkeypatch):
-    monkeypatch.setattr(launch, "_num_sms", lambda q: programs)
+    monkeypatch.setattr(flashrepro.api, "_num_sms", lambda q: programs)
     causal, bottom_right = MASKS[mask]
     q, k, v = random_qkv(2, 3, 1000, 1100, d, torch.float16, DEV)  # 2·3·8 = 48 tiles
     check_parity(q, k, v, causal=causal, bottom_right=bottom_right, config=config)
@@ -57,7 +56,7 @@ def test_turn_over_many_tiles_per_program(config, d, mask, programs, monkeypatch
 @pytest.mark.parametrize("lq,lk", [(100, 100), (300, 64), (1000, 128)])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_turn_with_one_key_block_per_tile(causal, lq, lk, programs, monkeypatch):
-    monkeypatch.setattr(launch, "_num_sms", lambda q: programs)
+    monkeypatch.setattr(flashrepro.api, "_num_sms", lambda q: programs)
     q, k, v = random_qkv(2, 3, lq, lk, 128, torch.bfloat16, DEV)
     check_parity(q, k, v, causal=causal, config="fa3-ws")
 

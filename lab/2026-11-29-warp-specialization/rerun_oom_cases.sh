@@ -11,7 +11,6 @@ set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
 export FLASHREPRO_RESULTS_DIR="$W" GITHUB_STEP_SUMMARY="$W/summary.md"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 python3 -m pip install -q --no-index --find-links .whl nox pytest pytest-xdist hypothesis
 if ! command -v python >/dev/null; then  # as ci_steps.sh: only where there is no python

@@ -7,7 +7,6 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src:$PWD FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"
-source lab/probes/smoke.sh  # FLASHREPRO_LAB_SMOKE=1: smallest settings
 trap 'tar czf "$OUT/all.tgz" -C "$W" .' EXIT
 start=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$W/nvidia-smi.csv"

@@ -30,9 +30,6 @@ import flashrepro
 from flashrepro import env, launch, ops
 from flashrepro.bench.timing import host_and_eager_rounds
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # lab.probes
-from lab.probes.smoke import calls, rounds
-
 
 def _profile(fn, calls: int) -> str:
     profiler = cProfile.Profile()
@@ -83,7 +80,7 @@ def main() -> int:
         for _ in range(20):
             fn()
     torch.cuda.synchronize()
-    timed = host_and_eager_rounds(fns, calls=calls(50), repeats=rounds(10))
+    timed = host_and_eager_rounds(fns, calls=50, repeats=10)
     rows = [[name, f"{h:.1f}", f"{e:.1f}"] for name, (h, e) in timed.items()]
     plans = [[str(key[20]), str(key[-1] if len(key) > 23 else None), plan.direct is not None,
               getattr(plan.direct, "encodes", None)] for key, plan in launch._PLANS.items()]

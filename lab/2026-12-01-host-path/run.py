@@ -29,9 +29,6 @@ from flashrepro import env, launch
 from flashrepro.bench import peers
 from flashrepro.bench.timing import eager_us_per_call, host_times, time_calls
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # lab.probes
-from lab.probes.smoke import calls as n
-
 
 def _eager_gc_off(fn, calls: int) -> float:
     """As eager_us_per_call, with the collector off and more calls."""
@@ -139,12 +136,12 @@ def main() -> int:
         for _ in range(20):
             fn()
         torch.cuda.synchronize()
-        host = statistics.median(statistics.median(host_times(fn, n(200))) for _ in range(5))
-        eager = statistics.median(eager_us_per_call(fn, n(200)) for _ in range(5))
-        long_eager = _eager_gc_off(fn, n(2000))
-        in_eager = statistics.median(_kernel_us_back_to_back(fn, n(200)))
-        queued = statistics.median(_device_us_queued(fn, n(200)) for _ in range(5))
-        kernel = statistics.median(time_calls(fn, n(50)))
+        host = statistics.median(statistics.median(host_times(fn, 200)) for _ in range(5))
+        eager = statistics.median(eager_us_per_call(fn, 200) for _ in range(5))
+        long_eager = _eager_gc_off(fn, 2000)
+        in_eager = statistics.median(_kernel_us_back_to_back(fn, 200))
+        queued = statistics.median(_device_us_queued(fn, 200) for _ in range(5))
+        kernel = statistics.median(time_calls(fn, 50))
         raw[name] = {"host_us": host, "eager_us": eager, "eager_2000_gc_off_us": long_eager,
                      "kernel_us_in_eager_loop": in_eager, "device_us_queued": queued,
                      "kernel_us": kernel}

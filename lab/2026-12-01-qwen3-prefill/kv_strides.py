@@ -2,25 +2,25 @@
 config, fp16, prefill with use_cache=False and with the default cache).
 
     PYTHONPATH=src python lab/2026-12-01-qwen3-prefill/kv_strides.py
-
-The spy records the strides and computes the attention with torch's SDPA instead of the
-kernel: the question is what reaches the kernel, and without Triton's interpreter (which needs
-numpy < 2.4) the script runs on any machine.
 """
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"  # before flashrepro is imported: kernels on the CPU
 
 import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
+import flashrepro
 import flashrepro.integrations.transformers as integ
 
 seen = []
+real = flashrepro.attention
 
 
-def spy(q, k, v, *, causal, scale, enable_gqa, out, **kw):
+def spy(q, k, v, **kw):
     seen.append((q.stride(), k.stride(), v.stride(), q.is_contiguous(), k.is_contiguous()))
-    o = torch.nn.functional.scaled_dot_product_attention(
-        q.float(), k.float(), v.float(), is_causal=causal, scale=scale, enable_gqa=enable_gqa)
-    return out.copy_(o)
+    return real(q, k, v, **kw)
 
 
 integ.flashrepro.attention = spy

@@ -10,8 +10,7 @@ import statistics
 import torch
 
 import flashrepro
-from lab.probes import smoke
-from lab.probes.smoke import interleaved_rounds
+from flashrepro.bench.timing import interleaved_rounds
 
 CASES = [  # (label, B, H, Lq, Lk, D, causal, alignment)
     ("d96 full L4096", 4, 16, 4096, 4096, 96, False, "top_left"),
@@ -28,7 +27,7 @@ def call(q, k, v, causal, align, cfg):
                                         config=config)
 
 
-for label, b, h, lq, lk, d, causal, align in smoke.first(CASES):
+for label, b, h, lq, lk, d, causal, align in CASES:
     q = torch.randn(b, h, lq, d, device="cuda", dtype=torch.float16)
     k, v = (torch.randn(b, h, lk, d, device="cuda", dtype=torch.float16) for _ in range(2))
     fns = {cfg or "default": call(q, k, v, causal, align, cfg)

@@ -23,10 +23,9 @@ from tabulate import tabulate
 
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import Problem, load_article
+from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.kernels import fwd_gluon
 from flashrepro.launch import _heads_per_group
-from lab.probes import smoke
-from lab.probes.smoke import interleaved_rounds
 from tests.reference import assert_parity, poisoned_like, random_qkv
 
 LOG2_E = 1.4426950408889634
@@ -71,11 +70,10 @@ def gluon_call(q, k, v, causal, cfg, out=None, lse=None, bottom_right=False):
 def parity(configs=CONFIGS, cases=CASES, call=gluon_call, label=str) -> list[list]:
     """Each config against each case: ``call(q, k, v, causal, cfg, o, lse, bottom_right)``
     gives the launch; rows (``label(cfg)``, case, "ok" or the failure), each printed as it
-    comes. A probe: a failure is reported and the loop goes on. Under the smoke knob
-    (``lab/probes/smoke.py``): the first config on the first two cases."""
+    comes. A probe: a failure is reported and the loop goes on."""
     rows = []
-    for cfg in smoke.first(configs):
-        for b, h, hkv, lq, lk, d, causal, br, dtype in smoke.first(cases, 2):
+    for cfg in configs:
+        for b, h, hkv, lq, lk, d, causal, br, dtype in cases:
             name = f"{b}x{h}/{hkv} {lq}x{lk} d{d} {'causal' if causal else 'full'}"
             name += " br" * br + f" {str(dtype)[6:]}"
             q, k, v = random_qkv(b, h, lq, lk, d, dtype, torch.device("cuda"), h_kv=hkv)
@@ -133,7 +131,7 @@ def main() -> None:
                 Problem(batch=4, heads=16, seqlen_q=4096, seqlen_k=4096, head_dim=128,
                         dtype="float16", causal=False)]
     out = []
-    for problem in smoke.first(problems):
+    for problem in problems:
         out += timing(problem)
     print(tabulate(out, RATIO_HEADERS, tablefmt="github"))
 

@@ -22,14 +22,12 @@ from tabulate import tabulate
 from flashrepro.bench import kernels as K
 from flashrepro.bench.problem import load_article
 from flashrepro.bench.timing import busy_wait_us, time_calls, time_graph
-from lab.probes import smoke
 
 NAMES = ["flashrepro", "flashrepro-article-config", "article-kernel", "torch-flash",
          "torch-cudnn"]
 
 
 def host_us(fn, calls: int = 1000) -> float:
-    calls = smoke.calls(calls)
     for _ in range(20):
         fn()
     torch.cuda.synchronize()
@@ -49,8 +47,8 @@ def main() -> None:
         for name in NAMES:
             fn = K.make_call(name, inputs, causal)
             rows.append([name, "causal" if causal else "non-causal", f"{host_us(fn):.1f}",
-                         f"{statistics.median(time_calls(fn, smoke.calls(50))):.1f}",
-                         f"{statistics.median(time_graph(fn, smoke.rounds(20), smoke.calls(10))):.1f}"])
+                         f"{statistics.median(time_calls(fn, 50)):.1f}",
+                         f"{statistics.median(time_graph(fn, 20, 10)):.1f}"])
     print(f"busy-wait: {busy_wait_us():.0f} µs")
     print(tabulate(rows, ["kernel", "mask", "host µs/call", "events µs", "graph µs"],
                    tablefmt="github"))

@@ -27,10 +27,9 @@ from tabulate import tabulate
 from flashrepro.bench.problem import Problem, load_article
 from flashrepro.bench.timing import time_calls_and_host
 from flashrepro.kernels import fwd_gluon_ws
-from lab.probes import smoke
 from lab.probes.gluon_probe import peer_calls
 
-ROUNDS, CALLS = smoke.rounds(20), smoke.calls(10)
+ROUNDS, CALLS = 20, 10
 
 
 def _compiled() -> int:

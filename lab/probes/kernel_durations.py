@@ -10,7 +10,6 @@ import sys
 import torch
 
 from flashrepro.bench.problem import Problem, load_article
-from lab.probes import smoke
 from lab.probes.gluon_probe import peer_calls
 
 
@@ -19,7 +18,7 @@ def back_to_back(problem: Problem, calls: int = 5) -> None:
     after another, then a synchronize."""
     q, k, v = problem.inputs()
     for fn in peer_calls(q, k, v, problem.causal).values():
-        for _ in range(smoke.calls(calls)):
+        for _ in range(calls):
             fn()
     torch.cuda.synchronize()
 

@@ -31,10 +31,9 @@ import torch
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem, load_article
+from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.kernels import fwd_gluon_ws
-from lab.probes import smoke
 from lab.probes.gluon_probe import RATIO_HEADERS, peer_calls, ratio_rows
-from lab.probes.smoke import interleaved_rounds
 from lab.probes.ws_probe import ws_call
 
 
@@ -81,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
     earlier = {label: load_module(path)
                for label, path in (v.split("=", 1) for v in args.variants)}
-    for problem in smoke.first(problems()[:args.problems]):
+    for problem in problems()[:args.problems]:
         q, k, v = problem.inputs()
         sms = torch.cuda.get_device_properties(q.device).multi_processor_count
         fns = peer_calls(q, k, v, problem.causal)

@@ -28,8 +28,9 @@ import torch
 from tabulate import tabulate
 
 from flashrepro.bench.problem import Problem, load_article
+from flashrepro.bench.timing import interleaved_rounds
 from flashrepro.kernels import fwd_gluon_ws
-from lab.probes import gluon_probe, smoke
+from lab.probes import gluon_probe
 from lab.probes.gluon_probe import (
     CASES,
     RATIO_HEADERS,
@@ -38,7 +39,6 @@ from lab.probes.gluon_probe import (
     peer_calls,
     ratio_rows,
 )
-from lab.probes.smoke import interleaved_rounds
 
 # (BLOCK_N, stages), programs ("sm": one per SM; None: one per tile)
 TIMED = [((128, 2), "sm"), ((128, 2), None)]
@@ -98,7 +98,7 @@ def main() -> None:
                         dtype="float16", causal=False),
                 Problem(batch=4, heads=16, seqlen_q=4096, seqlen_k=4096, head_dim=128,
                         dtype="float16", causal=True)]
-    for problem in smoke.first(problems):
+    for problem in problems:
         print(tabulate(timing(problem), RATIO_HEADERS, tablefmt="github"), flush=True)
 
 

@@ -25,7 +25,7 @@ REFERENCE_PREFIX = "reference:"
 def baseline_dir() -> Path:
     """The root of the per-GPU baselines when ``--baseline-dir`` is not given:
     $FLASHREPRO_BASELINE_DIR, else reproduce/baselines (a run that makes its own baseline on the
-    machine that is then gated, as the lab's host-time rerun does, points both commands there)."""
+    machine that is then gated points both commands there)."""
     if os.environ.get("FLASHREPRO_BASELINE_DIR"):
         return Path(os.environ["FLASHREPRO_BASELINE_DIR"])
     return BASELINE_DIR

@@ -1,41 +1,38 @@
 """Where a tile's time goes in the warp-specialized kernel: an intra-kernel timeline with
-Triton's Proton instrumentation (lab/2026-11-29-three-consumer-tile/).
+Triton's Proton instrumentation (measurements: lab/2026-11-29-three-consumer-tile/).
 
-lab/2026-11-29-persistent-tile-boundary/ fitted the kernel's times at L = 1024 and 4096 (B·L = 16k): ~1.57 µs per 128x128
-key block and ~3.6 µs per tile on top, against cuDNN's ~2.3 µs per tile; at the article
-problem (two tiles per program) that is most of what separates it from the ratio targets.
-Stall samples (ncu) say where warps wait, not when. Proton's instrumentation mode
-(``triton.profiler``, "instrumentation" backend) records a clock at scope boundaries that a
-Gluon kernel marks with ``triton.profiler.language.enter_scope``/``exit_scope``, per warp, into
-a global buffer, and writes a Chrome trace.
+Proton's instrumentation backend records a clock, per warp, at the scope boundaries a Gluon
+kernel marks with ``triton.profiler.language.enter_scope``/``exit_scope``, and writes a Chrome
+trace. :func:`variant_source` generates the instrumented kernel from
+:mod:`flashrepro.kernels.fwd_gluon_ws` (scopes around each consumer's phases of a tile:
+waiting for its Q and K_0, block 0, the loop, the last P·V, the epilogue), so the production
+kernel carries no profiling code. From the repository root, on an H200:
 
-The instrumented kernel is generated from :mod:`flashrepro.kernels.fwd_gluon_ws` by
-:func:`variant_source` (scopes around each consumer's phases of a tile: waiting for its Q and
-K_0, block 0, the loop, the last P·V, the epilogue), so the production kernel carries no
-profiling code. Run from the repository root on an H200:
+    PYTHONPATH=src python scripts/timeline_probe.py OUT_DIR [PROBLEM ...]
 
-    PYTHONPATH=src:. python lab/probes/timeline_probe.py OUT_DIR [PROBLEM ...]
+and, on any machine (no GPU), ``timeline_probe.py --offline`` compiles the instrumented kernel
+for sm_90 with the same Proton settings (tests/test_timeline_probe.py runs it).
 
-and, first, on any machine (no GPU): ``timeline_probe.py --offline`` compiles the instrumented
-kernel for sm_90 with the same Proton settings (tests/test_timeline_probe.py runs it).
-
-For each PROBLEM (by default the article problem non-causal and causal, and B=16 L=1024 D=128
-non-causal; also B=16 L=1024 at D=128 causal and D=64 either way), with the kernel's 128x128
-two-consumer launch: three launches inside one Proton session (the first compiles; Proton's
-host work separates them), the Chrome trace saved as
-``OUT_DIR/<problem>.chrome_trace.json.gz``, and a table per phase and tile (median and
-max over the consumer warps of all programs) of the second and third launch printed.
+For each PROBLEM (default: the article problem non-causal and causal, and B=16 L=1024 D=128
+non-causal; also B=16 L=1024 at D=128 causal and D=64 either way), with the kernel's 128x128,
+two-stage, one-program-per-SM launch (LSE stored): three launches in one Proton session (the
+first compiles), the trace saved as ``OUT_DIR/<problem>.chrome_trace.json.gz`` and a table per
+phase and tile (median and max over the consumer warps of all programs) of the second and
+third launch printed. Exits naming an edit that no longer matches the kernel exactly once, or
+an unknown problem.
 
 Units: Proton converts clock cycles at a nominal 1000 MHz (the trace's ``Frequency (MHz)``), so
-a trace µs is 1000 SM cycles. Proton's host work separates the launches (they are not back to
-back), and its counters cost the consumers a few spilled registers: compare phases with each
-other, not with the timed kernel. Committed runs: lab/2026-11-29-three-consumer-tile/.
+a trace µs is 1000 SM cycles. Proton's host work separates the launches, and its counters cost
+the consumers a few spilled registers: compare phases with each other, not with the timed
+kernel.
 """
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import json
+import math
 import shutil
 import statistics
 import sys
@@ -47,10 +44,9 @@ import torch
 import triton.profiler as proton
 from tabulate import tabulate
 
-from flashrepro.bench.problem import Problem, load_article
-from lab.probes import smoke
-from lab.probes.variant_probe import edited_source, load_edited
-from lab.probes.ws_probe import ws_call
+from flashrepro.kernels import LOG2_E, fwd_gluon_ws
+from flashrepro.launch import _heads_per_group
+from flashrepro_harness.problem import Problem, load_article
 
 EDITS = [  # (text in the kernel, replacement): each must occur exactly once
     ("import torch\nimport triton\n",
@@ -77,18 +73,47 @@ EDITS = [  # (text in the kernel, replacement): each must occur exactly once
 ]
 PHASES = ["wait_q_k0", "block0", "loop", "last_pv", "epilogue"]
 # Per CTA, a global buffer split evenly over the kernel's 12 warps; each share must be a power
-# of two (timeline-consumers/ was refused with 64 KiB): 4 KiB, 512 records of 8 bytes, 160
-# per launch at B=16.
+# of two (64 KiB is refused): 4 KiB, 512 records of 8 bytes, 160 per launch at B=16.
 MODE = proton.mode.Default(buffer_type="global", granularity="warp", buffer_size=12 * 4096)
 SM90_MAX_SHARED = 232448  # bytes per block on sm_90 (227 KiB), what Proton's hook reads
 
 
 def variant_source() -> str:
-    return edited_source(EDITS)
+    """:mod:`flashrepro.kernels.fwd_gluon_ws`'s source with :data:`EDITS` applied; exits naming
+    an edit whose text does not occur exactly once."""
+    src = Path(fwd_gluon_ws.__file__).read_text()
+    for old, new in EDITS:
+        if src.count(old) != 1:
+            raise SystemExit(f"edit does not match the kernel exactly once: {old!r}")
+        src = src.replace(old, new)
+    return src
 
 
 def load_variant(tmp: Path):
-    return load_edited(EDITS, tmp / "fwd_gluon_ws_timeline.py")
+    """:func:`variant_source` written to ``tmp`` and imported from there (Triton's JIT needs the
+    source file)."""
+    path = tmp / "fwd_gluon_ws_timeline.py"
+    path.write_text(variant_source())
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ws_launch(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+              num_programs: int):
+    """A direct launch of ``module``'s ws kernel as a callable: q, k, v (B, H, L, D) on the GPU,
+    128x128 tiles, 2 stages, ``num_programs`` persistent programs, the LSE stored."""
+    b, h, lq, d = q.shape
+    o = torch.empty_like(q)
+    lse = torch.empty(b, h, lq, device=q.device)
+    hpg = _heads_per_group(b * h, k.shape[2], d, q)
+
+    def run() -> None:
+        module.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
+                      causal_offset=0, heads_per_group=hpg, store_lse=True, block_n=128,
+                      num_stages=2, num_programs=num_programs)
+    return run
 
 
 def trace_events(path: Path) -> list[dict]:
@@ -103,7 +128,7 @@ def split_launches(events: list[dict]) -> list[dict[tuple, list[dict]]]:
     units), while inside a launch some warp is always inside a scope, so a stretch above a
     tenth of the median loop with no scope open is a new launch. A warp is (CTA, warp): the
     trace's ``pid`` also names the SM ("Core"), and a CTA may run on another SM in another
-    launch (the committed ws3-tune-bench/ traces: CTAs 0-7 did)."""
+    launch (lab/2026-11-29-three-consumer-tile/'s traces: CTAs 0-7 did)."""
     loop = statistics.median(float(e["dur"]) for e in events if e["name"] == "loop")
     launches: list[dict[tuple, list[dict]]] = []
     end = float("-inf")
@@ -151,7 +176,7 @@ def offline_check(causal: bool) -> int:
     from triton.profiler.hooks.instrumentation import Instrumentation, InstrumentationHook
     from triton.runtime.driver import driver
 
-    from flashrepro.analysis.offline_compile import TARGETS, _OfflineDriver
+    from flashrepro_harness.analysis.offline_compile import TARGETS, _OfflineDriver
 
     def to_llvmir(pm) -> None:
         triton_proton.add_convert_proton_to_protongpu(
@@ -205,8 +230,7 @@ def main() -> None:
             problems[f"b16-l1024-d{d}-{'causal' if causal else 'noncausal'}"] = Problem(
                 batch=16, heads=16, seqlen_q=1024, seqlen_k=1024, head_dim=d,
                 dtype="float16", causal=causal)
-    chosen = smoke.first(sys.argv[2:] or ["article-noncausal", "article-causal",
-                                          "b16-l1024-d128-noncausal"])
+    chosen = sys.argv[2:] or ["article-noncausal", "article-causal", "b16-l1024-d128-noncausal"]
     if unknown := [name for name in chosen if name not in problems]:
         sys.exit(f"unknown problems {unknown}; choose from {sorted(problems)}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -215,7 +239,7 @@ def main() -> None:
             problem = problems[name]
             q, k, v = problem.inputs()
             sms = torch.cuda.get_device_properties(q.device).multi_processor_count
-            run = ws_call(q, k, v, problem.causal, (128, 2), sms, module=module)
+            run = ws_launch(module, q, k, v, problem.causal, sms)
             stem = Path(tmp) / name
             proton.start(str(stem), data="trace", backend="instrumentation", mode=MODE)
             for _ in range(3):  # the first compiles; Proton's host work separates them
