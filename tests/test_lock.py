@@ -47,11 +47,22 @@ def parse_lock(text: str) -> dict[str, list[tuple[Requirement, list[str]]]]:
 
 
 def input_requirements() -> list[Requirement]:
-    """The project's dependencies and test/plot/fa4 extras plus requirements/{gpu,image}.in."""
+    """The project's dependencies and test/plot/fa4/models extras (with the extras they name
+    of the project itself, e.g. ``flashrepro[harness]``) plus requirements/{gpu,image}.in."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     lines = list(project["dependencies"])
-    for extra in LOCKED_EXTRAS:
-        lines += project["optional-dependencies"][extra]
+    extras, seen = list(LOCKED_EXTRAS), set()
+    while extras:
+        extra = extras.pop()
+        if extra in seen:
+            continue
+        seen.add(extra)
+        for line in project["optional-dependencies"][extra]:
+            req = Requirement(line)
+            if canonicalize_name(req.name) == canonicalize_name(project["name"]):
+                extras += sorted(req.extras)
+            else:
+                lines.append(line)
     for path in INPUTS:
         for line in path.read_text().splitlines():
             line = line.split("#", 1)[0].strip()
