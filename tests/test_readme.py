@@ -1,6 +1,5 @@
 """README.md's tables are generated from the committed results JSON (flashrepro_harness.readme):
-they
-match it, and the generator shows new records and optional columns when the data has them."""
+they match it, and the generator shows new records and optional columns when the data has them."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""``flashrepro_harness.bench.reference``: another checkout's flashrepro imported beside the
-running one
-runs its own code (the gate's paired reference), and leaves the running package as it was."""
+"""``flashrepro_harness.bench.reference``: another checkout's flashrepro imported beside the running
+one runs its own code (the gate's paired reference), and leaves the running package as it was."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The SASS report's rows: one kernel's counts next to the model's prediction and the article's.
 
 A row is a JSON-ready dict (keys listed in :func:`flashrepro_harness.analysis.sass.sass_report`).
-The
-model (:mod:`flashrepro_harness.analysis.count_model`) is checked class by class against the count;
-where it
-matches only the loop bodies, or does not apply, the row says why in words.
+The model (:mod:`flashrepro_harness.analysis.count_model`) is checked class by class against the
+count; where it matches only the loop bodies, or does not apply, the row says why in words.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""``python -m flashrepro_harness sass``: SASS counts per arch — flashrepro, the article, torch —
-vs golden.
+"""``python -m flashrepro_harness sass``: SASS counts per arch — flashrepro, the article, torch — vs
+golden.
 
 For every target arch it compiles the ``article`` and ``fwd`` variants at the article's launch
 config and ``fwd`` at the production default config, without a GPU

@@ -38,11 +38,11 @@ each step of the ladder changes (``python -m flashrepro_harness profile``):
     ldmatrix or wgmma instead (lab/2026-11-29-memory-ladder/). They suit
     the source's small tiles (D = 32, 32x32 blocks); at D >= 64 the fp32 operands spill.
 
-All three mask every block (causal and ragged lengths) instead of splitting off an unmasked
-stage: they are rungs for measuring memory traffic, not tuned kernels. The article's kernel
-(:mod:`flashrepro.kernels.article`) and the production kernel (:mod:`flashrepro.kernels.fwd`)
-are the ladder's other rungs; :func:`flashrepro_harness.bench.ladder_rungs.launch` runs any of the
-five by name.
+All three mask every block (causal and ragged lengths) instead of splitting off an unmasked stage:
+they are rungs for measuring memory traffic, not tuned kernels. The article's kernel
+(:mod:`flashrepro.kernels.article`) and the production kernel (:mod:`flashrepro.kernels.fwd`) are
+the ladder's other rungs; :func:`flashrepro_harness.bench.ladder_rungs.launch` runs any of the five
+by name.
 
 Scope: fp16/bf16, power-of-two head dims 16..256, equal query and key/value heads, top-left
 causal alignment (SDPA's ``is_causal``), any Lq >= 0 and Lk >= 1.

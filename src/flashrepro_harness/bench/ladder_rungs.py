@@ -1,6 +1,5 @@
 """Run any rung of the memory ladder by name (:mod:`flashrepro_harness.bench.ladder_kernels`'s
-kernels, the
-article's kernel and the production launch), for the profiler's workloads."""
+kernels, the article's kernel and the production launch), for the profiler's workloads."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""``python -m flashrepro_harness model``: Qwen3-0.6B-shaped prefill, tokens/s, flashrepro against
-peers.
+"""``flashrepro model``: Qwen3-0.6B-shaped prefill, tokens/s, flashrepro against peers.
 
 The model: transformers' ``Qwen3ForCausalLM`` built from :func:`qwen3_0_6b_config` in code
 (28 layers, hidden 1024, 16 query heads, 8 KV heads, head_dim 128, intermediate 3072, vocab

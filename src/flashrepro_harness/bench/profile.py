@@ -1,15 +1,13 @@
-"""``python -m flashrepro_harness profile``: the ladder's memory traffic and the executed-count
-check.
+"""``flashrepro profile``: the ladder's memory traffic and the executed-count check.
 
 Two jobs, both under Nsight Compute (:mod:`flashrepro_harness.analysis.ncu`), one ncu process each:
 
 * **The memory ladder** (issue 8, seed ``004_bbfcec059c1c5419.txt``): every rung of
-  :mod:`flashrepro_harness.bench.ladder_kernels` on the source's workload and on the article
-  config, one
-  measured launch each: kernel time, DRAM bytes read and written, shared-memory bank conflicts
-  and wavefronts (conflict rate = conflicts / wavefronts, as the seed's 63.64% =
-  1,174,579,308 / 1,845,667,948), executed HMMA, HGMMA and LDSM instructions, registers per
-  thread and achieved occupancy, in one table beside the seed's published figures.
+  :mod:`flashrepro_harness.bench.ladder_kernels` on the source's workload and on the article config,
+  one measured launch each: kernel time, DRAM bytes read and written, shared-memory bank conflicts
+  and wavefronts (conflict rate = conflicts / wavefronts, as the seed's 63.64% = 1,174,579,308 /
+  1,845,667,948), executed HMMA, HGMMA and LDSM instructions, registers per thread and achieved
+  occupancy, in one table beside the seed's published figures.
 * **Executed counts** (issue 3, seed ``000_5de0d8ad12f287ab.txt``): the article kernel at the
   article config, on the mma.sync path (``DISABLE_MMA_V3=1``) and the default sm_90 wgmma
   path; executed HMMA, HGMMA and LDSM against :func:`expected_executed`. Any difference makes

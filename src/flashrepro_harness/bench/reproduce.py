@@ -197,11 +197,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 Judge = Callable[[dict, Path, bool], Any]
-"""``judge(results, baseline_dir, update)``: the gate's verdict on a results dict (``update``:
-make it the baseline instead), an object with ``as_dict()``, ``markdown`` and ``exit_code``
+"""``judge(results, baseline_dir, update)``: the gate's verdict on a results dict (``update``: make
+it the baseline instead), an object with ``as_dict()``, ``markdown`` and ``exit_code``
 (:class:`flashrepro_harness.gate.Verdict`). Passed in by :mod:`flashrepro_harness.gate.reproduce`,
-the
-``reproduce`` subcommand, so this module does not import the gate that reads its results."""
+the ``reproduce`` subcommand, so this module does not import the gate that reads its results."""
 
 
 def run(args: argparse.Namespace, judge: Judge | None = None) -> int:

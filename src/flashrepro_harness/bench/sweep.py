@@ -1,5 +1,4 @@
-"""``python -m flashrepro_harness bench``: the L x D x causal x dtype sweep against torch's
-backends.
+"""``flashrepro bench``: the L x D x causal x dtype sweep against torch's backends.
 
 Every point has H = 16 and B·L = ``--tokens`` tokens, 16384 by default (the shape of the cuDNN
 figures in issue 7); B is at least 1.

@@ -61,8 +61,8 @@ def problem_key(problem: dict[str, Any]) -> str:
 
 
 def fingerprint(env: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a results ``env`` block (:func:`flashrepro_harness.env.capture`) a baseline
-    keys on.
+    """The parts of a results ``env`` block (:func:`flashrepro_harness.env.capture`) a baseline keys
+    on.
 
     Raises:
         ResultsError: ``env.gpu`` is missing or null (the run had no GPU, so no timings).
