@@ -221,7 +221,7 @@ def _tuned_table() -> dict[str, KernelConfig]:
 def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None) -> KernelConfig:
     """The configuration of the default launch (no tuning at call time).
 
-    The committed :data:`TUNED_TABLE` (written by ``flashrepro_harness tune`` on the GPU it
+    The committed :data:`TUNED_TABLE` (written by ``flashrepro tune`` on the GPU it
     describes) at :func:`table_key` of D padded to a power of two and :func:`length_bucket` of
     Lq; off the table, a rule that fits every arch's shared memory: 64x64 w4 s3 up to D = 128,
     but :data:`P_IN_REGISTERS` on the mma.sync path (:func:`mma_sync_arch`) for 64 < D <= 128;
