@@ -1,6 +1,7 @@
-"""flashrepro: a Triton FlashAttention-2 forward kernel with reproducible SASS and timing analysis.
+"""flashrepro: FlashAttention forward kernels (Triton; Gluon on Hopper) for PyTorch.
 
-Public API: :func:`attention` (SDPA-compatible forward) and :class:`KernelConfig`.
+Public API: :func:`attention` (SDPA's layout and causal meaning), :func:`article_attention` (the
+article's kernel), :class:`KernelConfig` and :data:`ARTICLE`.
 """
 
 from flashrepro.api import article_attention, attention

@@ -1,27 +1,11 @@
-"""Launch a compiled Triton kernel again with little host work: Triton's C launcher called
-directly, with an argument list built once per tensor address.
+"""Relaunch a compiled Triton kernel with little host work: Triton 3.6's C launcher called directly.
 
-``CompiledKernel.run`` (Triton 3.6's ``CudaLauncher``) does three things per launch that a
-repeated launch of one signature does not need:
-
-- it re-encodes every host-side TMA descriptor (``make_tensordesc_arg`` ->
-  ``cuTensorMapEncodeTiled``), a few µs each, four per forward call. A descriptor's contents
-  depend only on its tensor's address once dtype, shape, strides, block and swizzle are fixed,
-  and a launch plan fixes them;
-- it passes tensors, whose address the C launcher reads by calling ``data_ptr()`` and checks
-  with a driver call (``cuPointerGetAttribute``) per tensor; the plan has already checked that
-  every tensor is on the launch's GPU, so the address goes in as an int (the launcher's other
-  accepted form);
-- it builds the launch metadata for Triton's launch hooks (``CompiledKernel.launch_metadata``)
-  and the C launcher calls both hook chains, also when no hook is registered.
-
-So :class:`DirectLaunch` keeps each slot's encoded descriptor per address, and the whole
-argument tuple of the C launcher per (stream, addresses): a model's layers reuse a handful of
-addresses from torch's caching allocator, so a repeated call is one tuple lookup and the C
-call. With a launch hook registered (Proton, a profiler) it builds the metadata and passes the
-hooks, as Triton does. Where the launcher is not the one this module knows (another Triton, a
-kernel that needs scratch memory), :meth:`DirectLaunch.bind` returns None and the caller keeps
-``CompiledKernel.run``.
+Per launch ``CompiledKernel.run`` re-encodes each TMA descriptor (``cuTensorMapEncodeTiled``),
+checks each tensor with a driver call and builds launch-hook metadata. A launch plan fixes
+dtype, shape, strides and device, so :class:`DirectLaunch` encodes a descriptor once per address
+and caches the whole argument tuple per (stream, grid, addresses): torch's caching allocator
+reuses a few addresses. With a launch hook registered (Proton) it passes metadata and hooks as
+Triton does; :meth:`DirectLaunch.bind` returns None for a launcher it does not know.
 """
 
 from __future__ import annotations
@@ -41,30 +25,27 @@ except ImportError:  # pragma: no cover - other backends
     CudaLauncher = make_tensordesc_arg = None
 
 MAX_ADDRESSES = 256
-"""Encoded descriptors kept per slot, and argument tuples per launch, before that cache starts
-over."""
+"""Encoded descriptors per slot, and argument tuples per launch, kept before a cache clears."""
 
 
 def _idle(hook: Any) -> bool:
-    """True when a Triton launch hook would do nothing: None (older Triton) or an empty
-    ``knobs.HookChain`` (Triton 3.6's default)."""
+    """Whether a launch hook does nothing: None or an empty ``knobs.HookChain``."""
     return hook is None or (getattr(hook, "calls", None) is not None and not hook.calls)
 
 
 class DirectLaunch:
-    """One compiled kernel's launch with its arguments after the first ``io_count`` fixed.
+    """A compiled kernel's launch whose arguments after the io slots are fixed.
 
     Args:
-        raw: the C launcher (``mod.launch``).
-        compiled: the compiled kernel (function handle, packed metadata).
+        raw: the C launcher.
+        compiled: the compiled kernel.
         launcher: its ``CudaLauncher`` (cooperative-grid and PDL flags).
-        io_templates: the first ``len(io_templates)`` kernel arguments' slots
-            (:func:`flashrepro.kernels.call.io_templates`): None for a tensor, a TMA
-            descriptor (base None) for a descriptor.
+        io_templates: the leading arguments' slots (:func:`flashrepro.kernels.call.io_templates`):
+            None for a tensor, a TMA descriptor with base None for a descriptor.
         tail: every later argument, as ``CompiledKernel.run`` takes it (no descriptors).
 
     Attributes:
-        encodes: TMA descriptors encoded so far (one per new address of a descriptor slot).
+        encodes: TMA descriptors encoded so far.
     """
 
     def __init__(self, raw: Callable[..., Any], compiled: CompiledKernel, launcher: Any,
@@ -83,8 +64,8 @@ class DirectLaunch:
     @classmethod
     def bind(cls, compiled: CompiledKernel, io_templates: tuple[Any, ...],
              tail: list[Any]) -> DirectLaunch | None:
-        """A direct launch of ``compiled``, or None where its launcher is not Triton 3.6's
-        CUDA launcher, it needs scratch memory, or a later argument is a descriptor."""
+        """A direct launch of ``compiled``, or None unless its launcher is Triton 3.6's CUDA
+        launcher, without scratch memory, with no descriptor in ``tail``."""
         launcher = compiled.run
         if CudaLauncher is None or not isinstance(launcher, CudaLauncher):
             return None
@@ -104,8 +85,7 @@ class DirectLaunch:
         return cls(raw, compiled, launcher, io_templates, tail)
 
     def _expand(self, slot: int, tensor: torch.Tensor) -> list[Any]:
-        """The launcher's arguments for ``tensor`` in io slot ``slot``: its address (a tensor
-        slot) or its encoded descriptor, shape and strides (a descriptor slot)."""
+        """Slot ``slot``'s launcher arguments: the address, or the encoded descriptor's."""
         entry = self._slots[slot]
         address = tensor.data_ptr()
         if entry is None:
@@ -113,8 +93,7 @@ class DirectLaunch:
         template, meta, cache = entry
         expanded = cache.get(address)
         if expanded is None:
-            # Without metadata Triton passes the descriptor as its base tensor, shape and
-            # strides: the base goes in as its address, so the cache keeps no tensor alive.
+            # A base tensor goes in as its address, so the cache keeps no tensor alive.
             expanded = [address if isinstance(a, torch.Tensor) else a
                         for a in make_tensordesc_arg(with_base(template, tensor), meta)]
             self.encodes += 1
@@ -124,7 +103,7 @@ class DirectLaunch:
         return expanded
 
     def _arguments(self, io: tuple[torch.Tensor, ...]) -> list[Any]:
-        """The C launcher's arguments after its hooks: the expanded io slots, then the tail."""
+        """The C launcher's arguments after its hooks: the io slots, then the tail."""
         args: list[Any] = []
         for slot, tensor in enumerate(io):
             args.extend(self._expand(slot, tensor))
@@ -133,9 +112,9 @@ class DirectLaunch:
 
     def __call__(self, grid: tuple[int, int, int], stream: int,
                  io: tuple[torch.Tensor, ...]) -> None:
-        """Launch on ``stream`` (a raw CUDA stream handle) with ``io`` as the first arguments:
-        tensors of the templates' dtype, shape, strides and 16-byte alignment, on the GPU
-        current for the launch (the caller's plan checked both)."""
+        """Launch on ``stream`` (a raw CUDA stream handle) with ``io`` first: tensors of the
+        templates' dtype, shape, strides and 16-byte alignment on the current GPU (the caller's
+        plan checks them)."""
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         if not (_idle(enter) and _idle(leave)):
             self._raw(grid[0], grid[1], grid[2], stream, self._compiled.function,

@@ -1,19 +1,10 @@
-"""The article's Triton FlashAttention forward kernel, kept frozen.
+"""The article's Triton FlashAttention forward kernel, frozen: its SASS is pinned by
+``reproduce/golden/`` (the article's counts at 64x64, 4 warps, D = 128, causal: 256 HMMA,
+112 LDSM; docs/article.md). Do not optimise it; :mod:`flashrepro.kernels.fwd` is the fast one.
 
-Seed ``000_5de0d8ad12f287ab.txt`` counts the SASS of a plain Triton FA2 forward kernel at
-BLOCK_M = BLOCK_N = 64, 4 warps, D = 128, fp16, causal: 256 HMMA.16816.F32 and 112
-LDSM.16.M88.4 on an mma.sync GPU, against torch's 80 LDSM. This module keeps that kernel's
-shape — Triton tutorial order, causal work as an off-band loop and an on-band loop, P handed to
-the second matrix product as a plain fp16 tensor (the compiler routes it through shared memory
-on the mma.sync path) — so that the article's counts stay reproducible while
-:mod:`flashrepro.kernels.fwd` improves. Do not optimise this file: its SASS is pinned by
-``reproduce/golden/``.
-
-Scope: power-of-two head dims, top-left causal alignment (SDPA's ``is_causal``), any Lq and Lk,
-equal query and key/value heads. Known limit, kept because it is the article's (and the Triton
-tutorial's) code: masked scores get an additive -1.0e6 rather than -inf, so when the visible
-scores of a row are themselves below about -1e6 (huge ``scale`` or magnitudes) the masked keys
-win. :func:`flashrepro.attention` masks with -inf and has no such limit.
+Scope: power-of-two head dims, top-left causal alignment, any Lq and Lk, H_kv = H. As in the
+article and Triton's tutorial, masked scores get -1.0e6 rather than -inf, so a row whose
+visible scores are all below about -1e6 attends to masked keys.
 """
 
 import triton
@@ -24,9 +15,8 @@ import triton.language as tl
 def _article_inner(acc, l_i, m_i, q, K_block_ptr, V_block_ptr, start_m, qk_scale, seqlen_k,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, STAGE: tl.constexpr,
                    offs_m: tl.constexpr, offs_n: tl.constexpr):
-    # STAGE 1: key blocks strictly left of the diagonal band (no mask).
-    # STAGE 2: the diagonal band (causal mask) and ragged tail (length mask).
-    # STAGE 3: every key block of a non-causal launch, with the length mask.
+    # STAGE 1: blocks left of the diagonal (no mask); 2: the diagonal band and ragged tail;
+    # 3: every block of a non-causal launch (length mask).
     if STAGE == 1:
         lo, hi = 0, tl.minimum(start_m * BLOCK_M, seqlen_k // BLOCK_N * BLOCK_N)
     elif STAGE == 2:
