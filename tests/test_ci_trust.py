@@ -1,0 +1,183 @@
+"""What a pull request cannot change on the GPU runners: its judge.
+
+- the gate's verdict on a pull request comes from the base commit: an image built from the base
+  checkout before the head's code runs, with no GPU, no network and the head's results mounted
+  read-only (.github/workflows/gpu.yml, .github/scripts/judge, scripts/ci_steps.sh).
+
+The shell scripts run for real here, with a stand-in ``docker`` that records its arguments.
+Rules: docs/self-hosted-runner.md ("Who judges a pull request").
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.test_workflows import (
+    GPU_SCRIPT,
+    GPU_WORKFLOW,
+    IN_IMAGE,
+    ROOT,
+    _split_top,
+    _unwrap,
+    jobs,
+    load_workflow,
+)
+
+JUDGE = ROOT / ".github" / "scripts" / "judge"
+VERDICT_FLAGS = ("--threshold", "--abs-threshold", "--confidence", "--allow-env-mismatch",
+                 "--update-baseline", "FLASHREPRO_BASELINE_DIR")
+"""Options and settings that change a verdict: only the judge's own files may set them."""
+
+
+def gpu_job() -> dict[str, Any]:
+    return jobs(load_workflow(GPU_WORKFLOW))["gpu"]
+
+
+def step_index(steps: list[dict[str, Any]], predicate) -> int:
+    found = [i for i, step in enumerate(steps) if predicate(step)]
+    assert found, "no such step"
+    return found[0]
+
+
+# -- the judge -------------------------------------------------------------------------------
+
+def test_pull_request_judge_is_built_from_the_base_before_head_code_runs() -> None:
+    """On a pull request the judge's image is built from the base checkout (.reference), under
+    a tag of its own, before the head's image is built and before any step runs the head's
+    code; elsewhere the judge is the measured commit's image."""
+    job = gpu_job()
+    env, steps = job["env"], job["steps"]
+    judge_image = env["JUDGE_IMAGE"]
+    assert "github.event_name == 'pull_request'" in judge_image
+    assert "flashrepro-judge:" in judge_image and "flashrepro-judge:" not in env[
+        "FLASHREPRO_IMAGE"]
+    assert "github.event.pull_request.base.sha" in env["JUDGE_SHA"]
+    base = step_index(steps, lambda s: s.get("with", {}).get("path") == ".reference")
+    judge_build = step_index(steps, lambda s: re.search(
+        r'docker build --tag "\$JUDGE_IMAGE".*\.reference\s*$', s.get("run", ""), re.S))
+    assert steps[judge_build]["if"] == "${{ github.event_name == 'pull_request' }}"
+    assert '--build-arg REVISION="$JUDGE_SHA"' in steps[judge_build]["run"]
+    head_build = step_index(steps, lambda s: 'docker build --tag "$FLASHREPRO_IMAGE"'
+                            in s.get("run", ""))
+    head_code = step_index(steps, lambda s: "in-image " in s.get("run", ""))
+    assert base < judge_build < head_build < head_code
+
+
+def test_only_the_judge_runs_the_gate() -> None:
+    """The head's steps only measure (no ``--gate``, no ``gate`` subcommand); the one step that
+    judges runs ``gate --results`` through ``judge`` with the judge's own baselines, after the
+    timings. ``JUDGE_ROOT`` is the checkout inside the judge's image (the Dockerfile's
+    WORKDIR), so the baselines are the base commit's on a pull request. Neither the workflow
+    nor its scripts set a verdict's settings."""
+    job = gpu_job()
+    steps = job["steps"]
+    runs = [s.get("run", "") for s in steps]
+    for run in runs:
+        if "in-image " in run:
+            assert "--gate" not in run and not re.search(r"flashrepro_harness\s+gate", run), run
+    judged = [i for i, run in enumerate(runs) if re.search(r"flashrepro_harness\s+gate\b", run)]
+    assert len(judged) == 1
+    run = " ".join(runs[judged[0]].replace("\\\n", " ").split())
+    assert run.startswith("judge python3 -m flashrepro_harness gate --results "
+                          '"$RESULTS_DIR/reproduce.json"'), run
+    assert '--baseline-dir "$JUDGE_ROOT/reproduce/baselines"' in run
+    assert "if" not in steps[judged[0]]
+    timing = step_index(steps, lambda s: "-s reproduce --" in s.get("run", ""))
+    assert timing < judged[0]
+    workdir = re.search(r"^WORKDIR\s+(\S+)", (ROOT / "Dockerfile").read_text(), re.M)
+    assert workdir and job["env"]["JUDGE_ROOT"].split("#")[0].strip() == workdir.group(1)
+    # threshold, confidence, environment checks and the baseline folder are the judge's own
+    for path in (GPU_WORKFLOW, GPU_SCRIPT, IN_IMAGE, JUDGE):
+        text = path.read_text()
+        assert not [flag for flag in VERDICT_FLAGS if flag in text], path.name
+
+
+def test_manual_runs_only_on_trusted_branches() -> None:
+    """A manual run elsewhere would be judged by the branch's own gate, and its check would
+    count for a pull request from that branch: the job's ``if:`` refuses it."""
+    expr = " ".join(str(gpu_job()["if"]).split())
+    expr = expr.removeprefix("${{").removesuffix("}}")
+    want = sorted(["github.event_name != 'workflow_dispatch'",
+                   "github.ref == 'refs/heads/main'",
+                   "startsWith(github.ref, 'refs/heads/release/')"])
+    terms = [_unwrap(t) for t in _split_top(_unwrap(expr), "&&")]
+    assert any(sorted(_unwrap(a) for a in _split_top(t, "||")) == want for t in terms), expr
+
+
+def test_summary_and_upload_read_only_plain_files() -> None:
+    """The host reads the results folder the head's container wrote: a link there could make
+    the summary or the artifact show a file of the runner. Both wait for the check."""
+    steps = gpu_job()["steps"]
+    check = step_index(steps, lambda s: s.get("id") == "plain")
+    assert "! -type f ! -type d" in steps[check]["run"]
+    for i, step in enumerate(steps):
+        reads = "RESULTS_DIR" in step.get("run", "") and "GITHUB_STEP_SUMMARY" in step["run"]
+        if reads or "upload-artifact" in step.get("uses", ""):
+            assert i > check and "steps.plain.outcome == 'success'" in step["if"], step
+
+
+def fake_docker(tmp_path: Path) -> tuple[Path, Path]:
+    """A folder holding a ``docker`` that writes its arguments, one a line, to the log."""
+    bin_dir, log = tmp_path / "bin", tmp_path / "docker-args"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text(f'#!/usr/bin/env bash\nprintf "%s\\n" "$@" > {log}\n')
+    docker.chmod(0o755)
+    return bin_dir, log
+
+
+def run_script(script: Path, tmp_path: Path, env: dict[str, str]) -> list[str]:
+    """Run ``script true`` with the stand-in docker; the arguments docker got."""
+    bin_dir, log = fake_docker(tmp_path)
+    full = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path), **env}
+    subprocess.run(["bash", str(script), "true"], env=full, check=True, capture_output=True)
+    return log.read_text().splitlines()
+
+
+def volumes(args: list[str]) -> dict[str, tuple[str, str]]:
+    """``--volume SRC:DST[:MODE]`` arguments as DST -> (SRC, MODE)."""
+    found = {}
+    for flag, value in itertools.pairwise(args):
+        if flag == "--volume":
+            src, dst, *mode = value.split(":")
+            found[dst] = (src, mode[0] if mode else "rw")
+    return found
+
+
+def test_judge_gets_no_gpu_no_network_and_reads_results_read_only(tmp_path: Path) -> None:
+    results, verdict = tmp_path / "results", tmp_path / "verdict"
+    args = run_script(JUDGE, tmp_path, {"JUDGE_IMAGE": "judge:base", "RESULTS_DIR": str(results),
+                                        "VERDICT_DIR": str(verdict)})
+    assert args[:1] == ["run"] and args[-2:] == ["judge:base", "true"]
+    assert "--gpus" not in args and args[args.index("--network"):][:2] == ["--network", "none"]
+    assert volumes(args) == {str(results): (str(results), "ro"),
+                             str(verdict): (str(verdict), "rw")}
+
+
+def test_ci_steps_judge_runs_the_reference_checkouts_code(tmp_path: Path) -> None:
+    """scripts/ci_steps.sh's ``judge`` imports the harness from REFERENCE_SRC's checkout (a
+    pull request's base), from JUDGE_SRC's when given; run here on the script's own set-up."""
+    text = GPU_SCRIPT.read_text()
+    prelude = text[:text.index("\n# The image's Python has nox")]
+    probe = 'judge python3 -c "import flashrepro_harness; print(flashrepro_harness.__file__)"'
+    for name in ("base", "other"):
+        pkg = tmp_path / name / "src" / "flashrepro_harness"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+
+    def judged_by(**env: str) -> str:
+        full = {"PATH": os.environ["PATH"], "OUT": str(tmp_path / "out"), **env}
+        out = subprocess.run(["bash", "-c", f"{prelude}\n{probe}", str(GPU_SCRIPT)], env=full,
+                             check=True, capture_output=True, text=True).stdout
+        return str(Path(out.strip()).resolve())
+
+    base_src, other_src = tmp_path / "base" / "src", tmp_path / "other" / "src"
+    assert judged_by(REFERENCE_SRC=str(base_src)).startswith(str(base_src.resolve()))
+    assert judged_by(REFERENCE_SRC=str(base_src), JUDGE_SRC=str(other_src)).startswith(
+        str(other_src.resolve()))
+    assert judged_by().startswith(str((ROOT / "src").resolve()))
