@@ -1,11 +1,13 @@
-"""What a pull request cannot change on the GPU runners: its judge.
+"""What a pull request cannot change on the GPU runners: its judge and the shared caches.
 
 - the gate's verdict on a pull request comes from the base commit: an image built from the base
   checkout before the head's code runs, with no GPU, no network and the head's results mounted
-  read-only (.github/workflows/gpu.yml, .github/scripts/judge, scripts/ci_steps.sh).
+  read-only (.github/workflows/gpu.yml, .github/scripts/judge, scripts/ci_steps.sh);
+- a pull request's job never mounts the runner's shared Triton cache writable: it gets a copy
+  of its own under the job's temp folder (.github/scripts/in-image).
 
 The shell scripts run for real here, with a stand-in ``docker`` that records its arguments.
-Rules: docs/self-hosted-runner.md ("Who judges a pull request").
+Rules: docs/self-hosted-runner.md ("Who judges a pull request", "Runner hygiene").
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ import re
 import subprocess
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.test_workflows import (
     GPU_SCRIPT,
@@ -29,6 +33,7 @@ from tests.test_workflows import (
 )
 
 JUDGE = ROOT / ".github" / "scripts" / "judge"
+TRITON_CACHE = "/var/cache/flashrepro/triton/cache"  # the image's TRITON_CACHE_DIR
 VERDICT_FLAGS = ("--threshold", "--abs-threshold", "--confidence", "--allow-env-mismatch",
                  "--update-baseline", "FLASHREPRO_BASELINE_DIR")
 """Options and settings that change a verdict: only the judge's own files may set them."""
@@ -181,3 +186,85 @@ def test_ci_steps_judge_runs_the_reference_checkouts_code(tmp_path: Path) -> Non
     assert judged_by(REFERENCE_SRC=str(base_src), JUDGE_SRC=str(other_src)).startswith(
         str(other_src.resolve()))
     assert judged_by().startswith(str((ROOT / "src").resolve()))
+
+
+# -- the Triton cache ------------------------------------------------------------------------
+
+def in_image_env(tmp_path: Path, event: str, ref: str, shared: Path | None) -> dict[str, str]:
+    env = {"FLASHREPRO_IMAGE": "head:img", "RESULTS_DIR": str(tmp_path / "results"),
+           "RUNNER_TEMP": str(tmp_path / "runner-temp"), "GITHUB_EVENT_NAME": event,
+           "GITHUB_REF": ref}
+    (tmp_path / "runner-temp").mkdir(exist_ok=True)
+    if shared is not None:
+        env["FLASHREPRO_TRITON_CACHE"] = str(shared)
+    return env
+
+
+def trusted_cache(tmp_path: Path) -> Path:
+    shared = tmp_path / "shared-triton"
+    entry = shared / "KEY"
+    entry.mkdir(parents=True)
+    (entry / "attn_fwd.cubin").write_bytes(b"compiled on main")
+    return shared
+
+
+def snapshot(folder: Path) -> dict[str, tuple[bytes, int]]:
+    return {str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+UNTRUSTED = [
+    ("pull_request", "refs/pull/7/merge"),
+    ("pull_request", "refs/heads/main"),            # never trusted, whatever the ref says
+    ("workflow_dispatch", "refs/heads/feature"),
+    ("push", "refs/heads/mainline"),
+    ("push", "refs/tags/v1"),
+]
+TRUSTED = [("push", "refs/heads/main"), ("push", "refs/heads/release/1.2"),
+           ("workflow_dispatch", "refs/heads/main")]
+
+
+def test_only_trusted_jobs_write_the_shared_cache(tmp_path: Path) -> None:
+    """Other jobs get a copy under their temp folder: writing it (as Triton does, and as a job
+    tampering with a cubin would) leaves the shared cache as it was. A later step of the same
+    job reuses its copy."""
+    for n, (event, ref) in enumerate(UNTRUSTED):
+        work = tmp_path / f"untrusted-{n}"
+        work.mkdir()
+        shared = trusted_cache(work)
+        before = snapshot(shared)
+        env = in_image_env(work, event, ref, shared)
+        src, mode = volumes(run_script(IN_IMAGE, work, env))[TRITON_CACHE]
+        job_cache = Path(src)
+        assert job_cache.parent == work / "runner-temp" and mode == "rw", (event, ref)
+        copied = job_cache / "KEY" / "attn_fwd.cubin"
+        assert copied.read_bytes() == b"compiled on main"
+        assert copied.stat().st_ino != (shared / "KEY" / "attn_fwd.cubin").stat().st_ino
+        copied.write_bytes(b"tampered")
+        (job_cache / "KEY" / "new.cubin").write_bytes(b"compiled by the pull request")
+        assert snapshot(shared) == before, (event, ref)
+        (work / "later-step").mkdir()
+        again = volumes(run_script(IN_IMAGE, work / "later-step", env))[TRITON_CACHE]
+        assert again == (src, mode) and copied.read_bytes() == b"tampered"
+    for n, (event, ref) in enumerate(TRUSTED):
+        work = tmp_path / f"trusted-{n}"
+        work.mkdir()
+        shared = trusted_cache(work)
+        env = in_image_env(work, event, ref, shared)
+        assert volumes(run_script(IN_IMAGE, work, env))[TRITON_CACHE] == (str(shared), "rw")
+
+
+@pytest.mark.parametrize("event", ["pull_request", "push"])
+def test_without_a_shared_cache_each_job_has_its_own(tmp_path: Path, event: str) -> None:
+    env = in_image_env(tmp_path, event, "refs/heads/main", None)
+    src, _ = volumes(run_script(IN_IMAGE, tmp_path, env))[TRITON_CACHE]
+    assert Path(src).parent == tmp_path / "runner-temp" and Path(src).is_dir()
+
+
+def test_the_job_empties_its_own_cache() -> None:
+    """The job's cache is written by the image's user: the last step empties it (with the
+    results) through a container, as the runner's user may not delete those files."""
+    last = gpu_job()["steps"][-1]
+    assert last["if"] == "${{ always() }}"
+    assert '"$RUNNER_TEMP/flashrepro-triton-cache"' in last["run"]
+    assert "find /clean -mindepth 1 -delete" in last["run"]
