@@ -1,10 +1,12 @@
-"""What a pull request cannot change on the GPU runners: its judge and the shared caches.
+"""What a pull request cannot change on the GPU runners: its judge, the shared caches and the
+review of the files that decide a verdict.
 
 - the gate's verdict on a pull request comes from the base commit: an image built from the base
   checkout before the head's code runs, with no GPU, no network and the head's results mounted
   read-only (.github/workflows/gpu.yml, .github/scripts/judge, scripts/ci_steps.sh);
 - a pull request's job never mounts the runner's shared Triton cache writable: it gets a copy
-  of its own under the job's temp folder (.github/scripts/in-image).
+  of its own under the job's temp folder (.github/scripts/in-image);
+- .github/CODEOWNERS gives every file that decides a verdict to one team.
 
 The shell scripts run for real here, with a stand-in ``docker`` that records its arguments.
 Rules: docs/self-hosted-runner.md ("Who judges a pull request", "Runner hygiene").
@@ -15,6 +17,7 @@ from __future__ import annotations
 import itertools
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -33,10 +36,38 @@ from tests.test_workflows import (
 )
 
 JUDGE = ROOT / ".github" / "scripts" / "judge"
+CODEOWNERS = ROOT / ".github" / "CODEOWNERS"
+TEAM = "@flashrepro/maintainers"
 TRITON_CACHE = "/var/cache/flashrepro/triton/cache"  # the image's TRITON_CACHE_DIR
 VERDICT_FLAGS = ("--threshold", "--abs-threshold", "--confidence", "--allow-env-mismatch",
                  "--update-baseline", "FLASHREPRO_BASELINE_DIR")
 """Options and settings that change a verdict: only the judge's own files may set them."""
+JUDGED_PATHS = [
+    "src/flashrepro_harness/gate/stats.py",
+    "src/flashrepro_harness/gate/check.py",
+    "src/flashrepro_harness/commands/gate.py",
+    "src/flashrepro_harness/commands/reproduce.py",
+    "src/flashrepro_harness/cli.py",
+    "src/flashrepro_harness/bench/reproduce.py",
+    "src/flashrepro_harness/bench/timing.py",
+    "src/flashrepro_harness/data/article.toml",
+    "src/flashrepro_harness/data/golden/sass-triton-3.6.0.json",
+    "reproduce/article.toml",
+    "reproduce/golden",
+    "reproduce/baselines/nvidia-h200/b2-h16-q1024-k1024-d128-float16-causal.json",
+    ".github/workflows/gpu.yml",
+    ".github/workflows/ci.yml",
+    ".github/scripts/in-image",
+    ".github/scripts/judge",
+    ".github/CODEOWNERS",
+    "scripts/ci_steps.sh",
+    "deploy/arc/gpu-runner-scale-set.yaml",
+    "tests/test_workflows.py",
+    "tests/test_ci_trust.py",
+]
+"""Files whose change can turn a pull request's own GPU check green: the gate (its code now
+in gate/, its commands), the measurement, the problem, the golden file, the baselines, the CI
+and the tests that pin its rules."""
 
 
 def gpu_job() -> dict[str, Any]:
@@ -268,3 +299,70 @@ def test_the_job_empties_its_own_cache() -> None:
     assert last["if"] == "${{ always() }}"
     assert '"$RUNNER_TEMP/flashrepro-triton-cache"' in last["run"]
     assert "find /clean -mindepth 1 -delete" in last["run"]
+
+
+# -- CODEOWNERS ------------------------------------------------------------------------------
+
+def codeowners_rules(text: str) -> list[tuple[str, list[str]]]:
+    """(pattern, owners) of each rule line of a CODEOWNERS file."""
+    rules = []
+    for line in text.splitlines():
+        line = line.split(" #")[0].strip()
+        if line and not line.startswith("#"):
+            pattern, *owners = line.split()
+            rules.append((pattern, owners))
+    return rules
+
+
+def problems_codeowners(text: str, paths: list[str], team: str, work: Path) -> list[str]:
+    """Paths whose owner (the last matching rule, as GitHub reads CODEOWNERS) is not ``team``;
+    rules that name another owner or use syntax CODEOWNERS lacks (``!``, ``[``). Each pattern
+    is matched by git itself (``git check-ignore``; CODEOWNERS patterns follow .gitignore's
+    rules), one pattern at a time: unlike .gitignore, a later CODEOWNERS rule applies inside
+    a folder an earlier one matched."""
+    rules = codeowners_rules(text)
+    found = [f"rule {p!r} has owners {o}, not {team}" for p, o in rules if o != [team]]
+    found += [f"rule {p!r}: CODEOWNERS has no `!` or `[...]`" for p, _ in rules
+              if p.startswith("!") or "[" in p]
+    repo = work / "match"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    owners: dict[str, list[str]] = {}
+    for pattern, rule_owners in rules:
+        (repo / ".git" / "info" / "exclude").write_text(pattern + "\n")
+        out = subprocess.run(["git", "-C", str(repo), "check-ignore", "--no-index", "--stdin"],
+                             input="\n".join(paths) + "\n", capture_output=True, text=True)
+        assert out.returncode in (0, 1), out.stderr  # 1: no path matched
+        for path in out.stdout.splitlines():
+            owners[path] = rule_owners
+    for path in paths:
+        if path not in owners:
+            found.append(f"{path}: no CODEOWNERS rule")
+        elif owners[path] != [team]:
+            found.append(f"{path}: owned by {owners[path]}, not {team}")
+    return found
+
+
+needs_git = pytest.mark.skipif(shutil.which("git") is None, reason="git matches the patterns")
+
+
+@needs_git
+def test_codeowners_gives_the_judge_to_one_team(tmp_path: Path) -> None:
+    assert CODEOWNERS.is_file(), "no .github/CODEOWNERS"
+    assert not problems_codeowners(CODEOWNERS.read_text(), JUDGED_PATHS, TEAM, tmp_path)
+
+
+@needs_git
+def test_codeowners_check_fails_on_gaps(tmp_path: Path) -> None:
+    text = "/src/flashrepro_harness/gate/ @flashrepro/maintainers\n/.github/ @someone-else\n"
+    found = problems_codeowners(text, ["src/flashrepro_harness/gate/check.py",
+                                       ".github/workflows/gpu.yml", "scripts/ci_steps.sh"],
+                                TEAM, tmp_path)
+    assert found == ["rule '/.github/' has owners ['@someone-else'], not @flashrepro/maintainers",
+                     ".github/workflows/gpu.yml: owned by ['@someone-else'], not "
+                     "@flashrepro/maintainers",
+                     "scripts/ci_steps.sh: no CODEOWNERS rule"]
+    # a later rule without the team takes the path away, as on GitHub
+    text = "/src/ @flashrepro/maintainers\n/src/flashrepro_harness/gate/ @x/y\n"
+    assert ("src/flashrepro_harness/gate/stats.py: owned by ['@x/y'], not "
+            "@flashrepro/maintainers") in problems_codeowners(
+        text, ["src/flashrepro_harness/gate/stats.py"], TEAM, tmp_path / "second")
