@@ -1,12 +1,14 @@
-"""What a pull request cannot change on the GPU runners: its judge, the shared caches and the
-review of the files that decide a verdict.
+"""What a pull request cannot change on the GPU runners: its judge, the shared caches, the
+review of the files that decide a verdict, and where its job runs.
 
 - the gate's verdict on a pull request comes from the base commit: an image built from the base
   checkout before the head's code runs, with no GPU, no network and the head's results mounted
   read-only (.github/workflows/gpu.yml, .github/scripts/judge, scripts/ci_steps.sh);
 - a pull request's job never mounts the runner's shared Triton cache writable: it gets a copy
   of its own under the job's temp folder (.github/scripts/in-image);
-- .github/CODEOWNERS gives every file that decides a verdict to one team.
+- .github/CODEOWNERS gives every file that decides a verdict to one team;
+- the runner scale set of actions-runner-controller (deploy/arc/) is the label the GPU job asks
+  for, with a GPU and nothing shared between pods.
 
 The shell scripts run for real here, with a stand-in ``docker`` that records its arguments.
 Rules: docs/self-hosted-runner.md ("Who judges a pull request", "Runner hygiene").
@@ -37,6 +39,7 @@ from tests.test_workflows import (
 
 JUDGE = ROOT / ".github" / "scripts" / "judge"
 CODEOWNERS = ROOT / ".github" / "CODEOWNERS"
+ARC_VALUES = ROOT / "deploy" / "arc" / "gpu-runner-scale-set.yaml"
 TEAM = "@flashrepro/maintainers"
 TRITON_CACHE = "/var/cache/flashrepro/triton/cache"  # the image's TRITON_CACHE_DIR
 VERDICT_FLAGS = ("--threshold", "--abs-threshold", "--confidence", "--allow-env-mismatch",
@@ -366,3 +369,55 @@ def test_codeowners_check_fails_on_gaps(tmp_path: Path) -> None:
     assert ("src/flashrepro_harness/gate/stats.py: owned by ['@x/y'], not "
             "@flashrepro/maintainers") in problems_codeowners(
         text, ["src/flashrepro_harness/gate/stats.py"], TEAM, tmp_path / "second")
+
+
+# -- the runner scale set (actions-runner-controller) ----------------------------------------
+
+def runs_on_labels() -> set[str]:
+    """The runner labels the GPU job asks for, one set per matrix entry, flattened."""
+    job = gpu_job()
+    runs_on = job["runs-on"]
+    labels = [runs_on] if isinstance(runs_on, str) else list(runs_on)
+    out = set()
+    for gpu in job["strategy"]["matrix"]["gpu"]:
+        out |= {re.sub(r"\$\{\{\s*matrix\.gpu\s*\}\}", gpu, label) for label in labels}
+    return out
+
+
+def arc_values() -> dict[str, Any]:
+    import yaml
+
+    return yaml.safe_load(ARC_VALUES.read_text())
+
+
+def test_arc_scale_set_is_the_label_the_gpu_job_asks_for() -> None:
+    """ARC's runners answer to their scale set's name (and, from ARC 0.14, scaleSetLabels): the
+    job's one label is that name."""
+    values = arc_values()
+    name = values["runnerScaleSetName"]
+    labels = runs_on_labels()
+    assert labels == {name}, (labels, name)
+    assert set(values.get("scaleSetLabels") or []) <= labels
+
+
+def test_arc_runner_pod_has_a_gpu_and_shares_nothing() -> None:
+    """The GPU to the container whose Docker daemon runs the job's containers, on a GPU node;
+    the runner image pinned by version; no volume that outlives the pod (a hostPath or a
+    claim), so no cache or state passes from one job to the next; credentials from a secret
+    made outside the file."""
+    values = arc_values()
+    spec = values["template"]["spec"]
+    assert isinstance(values["githubConfigSecret"], str)
+    assert any(key.startswith("nvidia.com/gpu") for key in spec["nodeSelector"])
+    containers = {c["name"]: c for c in spec["containers"]}
+    gpu = [c for c in containers.values() if "nvidia.com/gpu" in c.get("resources", {}).get(
+        "limits", {})]
+    assert len(gpu) == 1 and "dockerd" in gpu[0]["args"]
+    assert isinstance(gpu[0]["resources"]["limits"]["nvidia.com/gpu"], int)
+    runner = containers["runner"]
+    assert re.fullmatch(r"ghcr\.io/actions/actions-runner:\d+\.\d+\.\d+", runner["image"])
+    docker_host = {e["name"]: e.get("value") for e in runner.get("env", [])}["DOCKER_HOST"]
+    assert docker_host == "unix:///var/run/docker.sock"
+    for volume in spec["volumes"]:
+        assert set(volume) == {"name", "emptyDir"}, volume
+    assert values.get("containerMode") is None  # the template above is the whole pod

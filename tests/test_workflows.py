@@ -11,9 +11,10 @@ that every check fails on a bad workflow):
 - every job has ``timeout-minutes``; every workflow or job has a ``concurrency`` group;
 - self-hosted jobs set ``FLASHREPRO_REQUIRE_GPU=1`` (no silent skip without a GPU);
 - scripts/ci_steps.sh runs the GPU workflow's steps, in order, verbatim.
-Who judges a pull request: tests/test_ci_trust.py. CPU only; YAML parsed with pyyaml. Rules
-for self-hosted runners: GitHub's "Security hardening for GitHub Actions" (self-hosted
-runners, pinning actions to a full-length commit SHA).
+Who judges a pull request, the runners' caches, CODEOWNERS and the runner scale set:
+tests/test_ci_trust.py. CPU only; YAML parsed with pyyaml. Rules for self-hosted runners:
+GitHub's "Security hardening for GitHub Actions" (self-hosted runners, pinning actions to a
+full-length commit SHA).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ NOT_A_PULL_REQUEST = "github.event_name != 'pull_request'"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 NOX_CALL = re.compile(r"(?:^|[\s(])(?:\S*/)?nox((?:[ \t]+[^\s;&|)]+)*)")
 SESSION_FLAGS = ("-s", "-e", "--session", "--sessions")
+# Labels of GitHub-hosted runner images; any other label may name a self-hosted runner.
+HOSTED_LABEL = re.compile(r"^(?:ubuntu|windows|macos)-[\w.-]+$")
 # The wrappers the GPU workflow runs its steps through (.github/scripts), which
 # scripts/ci_steps.sh defines as shell functions.
 STEP_WRAPPERS = re.compile(r"(?:^|\s|\$\()(?:in-image|judge) ")
@@ -122,8 +125,9 @@ def run_scripts(wf: dict[str, Any]) -> list[str]:
 def is_self_hosted(job: dict[str, Any]) -> bool:
     """Whether a job may land on a self-hosted runner (in doubt: yes).
 
-    Self-hosted: a ``self-hosted`` label, a runner ``group``, a label computed by an expression
-    that could name one, or a reusable workflow (``uses:``) whose jobs are not seen here.
+    Self-hosted: a runner ``group``, any label but a GitHub-hosted image's (``self-hosted``, a
+    custom label such as a runner scale set's name, a label computed by an expression), or a
+    reusable workflow (``uses:``) whose jobs are not seen here.
     """
     if "uses" in job:
         return True
@@ -133,7 +137,7 @@ def is_self_hosted(job: dict[str, Any]) -> bool:
             return True
         runs_on = runs_on.get("labels", [])
     labels = [runs_on] if isinstance(runs_on, str) else [str(x) for x in runs_on]
-    return "self-hosted" in labels or any(label.startswith("${{") for label in labels)
+    return any("${{" in label or not HOSTED_LABEL.match(label) for label in labels)
 
 
 def problems_nox_sessions(shell_texts: list[str], sessions: set[str]) -> list[str]:
@@ -403,13 +407,16 @@ def test_fork_triggers_on_self_hosted_fail(on: Any) -> None:
     assert problems_fork_triggers(_bad(on=on))
 
 
-@pytest.mark.parametrize("runs_on", ["self-hosted", {"group": "gpus"}, "${{ matrix.runner }}"])
+@pytest.mark.parametrize("runs_on", ["self-hosted", {"group": "gpus"}, "${{ matrix.runner }}",
+                                     "gpu-${{ matrix.gpu }}", "gpu-h200", ["ubuntu-24.04", "gpu"],
+                                     {"labels": ["gpu-h200"]}])
 def test_fork_trigger_found_for_every_self_hosted_form(runs_on: Any) -> None:
     assert problems_fork_triggers(_bad(on="pull_request", job_runs_on=runs_on))
 
 
 def test_fork_triggers_allowed_on_hosted_and_guarded_workflow_run() -> None:
-    assert not problems_fork_triggers(_bad(on="pull_request", job_runs_on="ubuntu-24.04"))
+    for hosted in ("ubuntu-24.04", "ubuntu-latest", ["macos-14"], "windows-2022"):
+        assert not problems_fork_triggers(_bad(on="pull_request", job_runs_on=hosted))
     ok = _bad(on="workflow_run", job_if=f"${{{{ {WORKFLOW_RUN_GUARD} }}}}")
     assert not problems_fork_triggers(ok)
 
