@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # The GPU workflow's steps (.github/workflows/gpu.yml), in its order and with its commands, run
 # on this host's python3 instead of inside the image: the workflow checked by hand on a GPU
-# machine. $OUT plays the job's results folder (the image's /results): it gets summary.md (what
-# the job summary shows) and the results JSON (what the job uploads).
+# machine. $OUT plays the job's results folder (the image's /results) and its verdict folder:
+# it gets summary.md (what the job summary shows), the results JSON and the verdict (what the
+# job uploads).
 #
-#   OUT=/tmp/gpu-ci [REFERENCE_SRC=/path/to/base/src] bash scripts/ci_steps.sh
+#   OUT=/tmp/gpu-ci [REFERENCE_SRC=/path/to/base/src] [JUDGE_SRC=/path/to/judge/src] \
+#     bash scripts/ci_steps.sh
 #
 # REFERENCE_SRC plays the workflow's reference checkout (the PR's base commit's src folder,
-# e.g. from `git worktree add /tmp/base BASE_SHA`): the gate then pairs each flashrepro row with
-# that code's, timed in the same rounds.
+# e.g. from `git worktree add /tmp/base BASE_SHA`): the head's rows are timed beside that code's
+# in the same rounds. JUDGE_SRC is the src folder whose gate judges the results, as the judge's
+# image does in the workflow; by default REFERENCE_SRC's (a pull request: the base judges),
+# else this checkout's (a trusted branch judging itself).
 #
 # Exits with the status of the first failing step, as the workflow's check does (the gate:
-# 1 regression, 2 no baseline, 3 environment mismatch). Each `# step:` block below is the
-# workflow's step of that name, verbatim (tests/test_workflows.py checks it).
+# 1 regression, 2 no baseline, 3 environment mismatch, 4 unusable results). Each `# step:`
+# block below is the workflow's step of that name, verbatim (tests/test_workflows.py checks it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder for summary.md and the results JSON}"
@@ -24,6 +28,11 @@ export FLASHREPRO_RESULTS_DIR="$OUT" # the image sets /results, mounted from the
 export GITHUB_STEP_SUMMARY="$OUT/summary.md"
 export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" # the image has flashrepro installed
 in-image() { "$@"; }
+# ... and what .github/scripts/judge gives: the judge checkout's code first on the path (its
+# gate, its article.toml), reading the results from $OUT and writing the verdict there.
+JUDGE_ROOT=$(cd "${JUDGE_SRC:-${REFERENCE_SRC:-src}}/.." && pwd)
+export JUDGE_ROOT RESULTS_DIR="$OUT" VERDICT_DIR="$OUT"
+judge() { PYTHONPATH="$JUDGE_ROOT/src" "$@"; }
 
 # The image's Python has nox and the test extra; without PyPI, bring wheels in .whl/ (ignored
 # by git), made elsewhere with `pip download nox pytest-xdist hypothesis -d .whl`.
@@ -47,5 +56,10 @@ in-image python3 -m nox --no-venv -s tests -- -n "$workers"
 # step: Executed-count SASS check (Nsight Compute; skips where ncu is absent)
 in-image python3 -m nox --no-venv -s profile -- --executed
 
-# step: Reproduce the article run and gate it (paired with the reference where there is one)
-in-image python3 -m nox --no-venv -s reproduce -- --gate ${REFERENCE_SRC:+--reference-src "$REFERENCE_SRC"}
+# step: Reproduce the article run (the head's timings, paired with the reference where there is one)
+in-image python3 -m nox --no-venv -s reproduce -- ${REFERENCE_SRC:+--reference-src "$REFERENCE_SRC"}
+
+# step: Judge the results (the base commit's gate, settings and baselines on a pull request; else this commit's)
+judge python3 -m flashrepro_harness gate --results "$RESULTS_DIR/reproduce.json" \
+  --baseline-dir "$JUDGE_ROOT/reproduce/baselines" \
+  --summary "$VERDICT_DIR/verdict.md" --verdict-json "$VERDICT_DIR/verdict.json"

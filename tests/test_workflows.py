@@ -11,8 +11,10 @@ that every check fails on a bad workflow):
 - every job has ``timeout-minutes``; every workflow or job has a ``concurrency`` group;
 - self-hosted jobs set ``FLASHREPRO_REQUIRE_GPU=1`` (no silent skip without a GPU);
 - scripts/ci_steps.sh runs the GPU workflow's steps, in order, verbatim.
-CPU only; YAML parsed with pyyaml. Rules for self-hosted runners: GitHub's "Security hardening
-for GitHub Actions" (self-hosted runners, pinning actions to a full-length commit SHA).
+Who judges a pull request, the runners' caches, CODEOWNERS and the runner scale set:
+tests/test_ci_trust.py. CPU only; YAML parsed with pyyaml. Rules for self-hosted runners:
+GitHub's "Security hardening for GitHub Actions" (self-hosted runners, pinning actions to a
+full-length commit SHA).
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ NOT_A_PULL_REQUEST = "github.event_name != 'pull_request'"
 SHA_PIN = re.compile(r"^[\w.-]+/[\w./-]+@[0-9a-f]{40}$")
 NOX_CALL = re.compile(r"(?:^|[\s(])(?:\S*/)?nox((?:[ \t]+[^\s;&|)]+)*)")
 SESSION_FLAGS = ("-s", "-e", "--session", "--sessions")
+# Labels of GitHub-hosted runner images; any other label may name a self-hosted runner.
+HOSTED_LABEL = re.compile(r"^(?:ubuntu|windows|macos)-[\w.-]+$")
+# The wrappers the GPU workflow runs its steps through (.github/scripts), which
+# scripts/ci_steps.sh defines as shell functions.
+STEP_WRAPPERS = re.compile(r"(?:^|\s|\$\()(?:in-image|judge) ")
 
 
 def load_workflow(path: Path) -> dict[str, Any]:
@@ -118,8 +125,9 @@ def run_scripts(wf: dict[str, Any]) -> list[str]:
 def is_self_hosted(job: dict[str, Any]) -> bool:
     """Whether a job may land on a self-hosted runner (in doubt: yes).
 
-    Self-hosted: a ``self-hosted`` label, a runner ``group``, a label computed by an expression
-    that could name one, or a reusable workflow (``uses:``) whose jobs are not seen here.
+    Self-hosted: a runner ``group``, any label but a GitHub-hosted image's (``self-hosted``, a
+    custom label such as a runner scale set's name, a label computed by an expression), or a
+    reusable workflow (``uses:``) whose jobs are not seen here.
     """
     if "uses" in job:
         return True
@@ -129,7 +137,7 @@ def is_self_hosted(job: dict[str, Any]) -> bool:
             return True
         runs_on = runs_on.get("labels", [])
     labels = [runs_on] if isinstance(runs_on, str) else [str(x) for x in runs_on]
-    return "self-hosted" in labels or any(label.startswith("${{") for label in labels)
+    return any("${{" in label or not HOSTED_LABEL.match(label) for label in labels)
 
 
 def problems_nox_sessions(shell_texts: list[str], sessions: set[str]) -> list[str]:
@@ -270,10 +278,11 @@ def problems_require_gpu(wf: dict[str, Any]) -> list[str]:
 
 
 def workflow_image_steps(wf: dict[str, Any]) -> list[tuple[str, str]]:
-    """(name, run) of the unconditional steps that run commands through ``in-image``."""
+    """(name, run) of the unconditional steps that run commands through ``in-image`` or
+    ``judge``."""
     return [(step["name"], step["run"].strip()) for job in jobs(wf).values()
             for step in job.get("steps", [])
-            if "in-image " in step.get("run", "") and "if" not in step]
+            if STEP_WRAPPERS.search(step.get("run", "")) and "if" not in step]
 
 
 def script_steps(text: str) -> list[tuple[str, str]]:
@@ -332,10 +341,10 @@ def test_gpu_workflow_is_self_hosted_and_trusted_only() -> None:
     assert not problems_fork_triggers(wf)
 
 
-def test_gpu_workflow_measures_the_pr_head_against_the_base_baselines() -> None:
-    """A pull request's run builds and gates its head commit, paired with the base commit's
-    code (checked out as the reference), with the base branch's committed baselines put in the
-    tree before the image is built."""
+def test_gpu_workflow_measures_the_pr_head_paired_with_the_base() -> None:
+    """A pull request's run builds and times its head commit, paired with the base commit's
+    code (checked out as the reference, kept out of the head's image). Who judges the result:
+    tests/test_ci_trust.py."""
     wf = load_workflow(GPU_WORKFLOW)
     job = jobs(wf)["gpu"]
     assert "github.event.pull_request.head.sha" in job["env"]["HEAD_SHA"]
@@ -345,13 +354,11 @@ def test_gpu_workflow_measures_the_pr_head_against_the_base_baselines() -> None:
     base = [i for i, st in enumerate(steps)
             if "REFERENCE_SHA" in str(st.get("with", {}).get("ref", ""))
             and st.get("with", {}).get("path") == ".reference"]
-    copy_in = [i for i, st in enumerate(steps) if "reproduce/baselines" in st.get("run", "")
-               and "pull_request" in str(st.get("if", ""))]
-    build = [i for i, st in enumerate(steps) if "docker build" in st.get("run", "")]
-    assert base and copy_in and build and base[0] < copy_in[0] < build[0]
-    assert '--build-arg REVISION="$HEAD_SHA"' in steps[build[0]]["run"]
-    gate = [st["run"] for st in steps if "reproduce -- --gate" in st.get("run", "")]
-    assert gate and '--reference-src "$REFERENCE_SRC"' in gate[0]
+    build = [i for i, st in enumerate(steps)
+             if '--build-arg REVISION="$HEAD_SHA"' in st.get("run", "")]
+    assert base and build and base[0] < build[0]
+    timing = [st["run"] for st in steps if "-s reproduce --" in st.get("run", "")]
+    assert timing and '--reference-src "$REFERENCE_SRC"' in timing[0]
     assert ".reference" in (ROOT / ".dockerignore").read_text().split()
 
 
@@ -400,13 +407,16 @@ def test_fork_triggers_on_self_hosted_fail(on: Any) -> None:
     assert problems_fork_triggers(_bad(on=on))
 
 
-@pytest.mark.parametrize("runs_on", ["self-hosted", {"group": "gpus"}, "${{ matrix.runner }}"])
+@pytest.mark.parametrize("runs_on", ["self-hosted", {"group": "gpus"}, "${{ matrix.runner }}",
+                                     "gpu-${{ matrix.gpu }}", "gpu-h200", ["ubuntu-24.04", "gpu"],
+                                     {"labels": ["gpu-h200"]}])
 def test_fork_trigger_found_for_every_self_hosted_form(runs_on: Any) -> None:
     assert problems_fork_triggers(_bad(on="pull_request", job_runs_on=runs_on))
 
 
 def test_fork_triggers_allowed_on_hosted_and_guarded_workflow_run() -> None:
-    assert not problems_fork_triggers(_bad(on="pull_request", job_runs_on="ubuntu-24.04"))
+    for hosted in ("ubuntu-24.04", "ubuntu-latest", ["macos-14"], "windows-2022"):
+        assert not problems_fork_triggers(_bad(on="pull_request", job_runs_on=hosted))
     ok = _bad(on="workflow_run", job_if=f"${{{{ {WORKFLOW_RUN_GUARD} }}}}")
     assert not problems_fork_triggers(ok)
 
@@ -507,8 +517,10 @@ def test_nox_parser_stops_at_posargs() -> None:
 def test_script_out_of_sync_fails() -> None:
     wf = load_workflow(GPU_WORKFLOW)
     script = GPU_SCRIPT.read_text()
-    assert problems_script_sync(wf, script.replace("-- --gate", "-- --no-gate"))
+    assert problems_script_sync(wf, script.replace("-- --executed", "-- --no-executed"))
     assert problems_script_sync(wf, script.replace("# step: doctor", "# doctor"))
+    assert problems_script_sync(wf, script.replace("# step: Judge", "# Judge"))
+    assert problems_script_sync(wf, script.replace('"$JUDGE_ROOT/reproduce', '"$PWD/reproduce'))
 
 
 # -- pytest-xdist workers spread over the GPUs (tests/conftest.py) ----------------------------
