@@ -13,7 +13,8 @@
 ``nox -s doctor``     what GPU, driver and software this environment sees
 ``nox -s docker``     build the Docker image, run ``tests`` and ``sass`` inside it (CPU)
 ``nox -s wheel``      build an sdist and a wheel, install the wheel in a fresh venv outside the
-                      checkout, run tests/smoke_wheel.py there (CPU, interpreter)
+                      checkout, run tests/smoke_wheel.py there (CPU, interpreter), then add the
+                      harness extra and run tests/smoke_wheel_harness.py (sass, reproduce, gate)
 
 Inside the Docker image run ``nox --no-venv -s ...``: sessions then use the image's Python.
 Arguments after ``--`` go to the underlying command.
@@ -133,9 +134,19 @@ def doctor(session: nox.Session) -> None:
 def wheel(session: nox.Session) -> None:
     """Build an sdist and a wheel (``python -m build``: the wheel is built from the sdist),
     install the wheel with requirements/cpu.in into a fresh venv in a temporary folder outside
-    the checkout, and run tests/smoke_wheel.py there under ``TRITON_INTERPRET=1``: the import is
-    the installed package's, ``default_config`` returns the packaged tuned table's entry, and
-    ``attention`` matches a float64 reference on the CPU."""
+    the checkout, and run the smoke tests there:
+
+    - tests/smoke_wheel.py under ``TRITON_INTERPRET=1``, with the wheel installed without
+      extras: the import is the installed package's, its only runtime dependencies are torch,
+      triton and numpy (nothing else installed but their own requirements), ``default_config``
+      returns the packaged tuned table's entry, and ``attention`` matches a float64 reference
+      on the CPU;
+    - tests/smoke_wheel_harness.py, with the ``harness`` extra added: ``flashrepro --help``
+      under 1 s, ``sass`` matching the packaged golden file, ``reproduce`` printing the SASS
+      table without a GPU, ``gate`` judging a copy of the committed
+      reproduce/results/nvidia-h200/reproduce.json against a copy of reproduce/baselines, and
+      the commands that need a checkout saying so.
+    """
     session.log("installing build (PyPA's builder, well under 1 MB)")
     session.install("build")
     tmp = Path(tempfile.mkdtemp(prefix="flashrepro-wheel-"))
@@ -151,10 +162,20 @@ def wheel(session: nox.Session) -> None:
         _install_torch(session, "requirements/cpu.in", python)
         session.log(f"installing {wheels[0].name} (and its dependencies) into {tmp / 'venv'}")
         session.run(python, "-m", "pip", "install", str(wheels[0]), external=True)
-        shutil.copy("tests/smoke_wheel.py", tmp)
-        with session.chdir(tmp):  # not the checkout: its src/ must not be importable
+        work = tmp / "outside"  # not the checkout: its src/ must not be importable
+        work.mkdir()
+        shutil.copy("tests/smoke_wheel.py", work)
+        shutil.copy("tests/smoke_wheel_harness.py", work)
+        shutil.copy("reproduce/results/nvidia-h200/reproduce.json", work)
+        shutil.copytree("reproduce/baselines", work / "baselines")
+        with session.chdir(work):
             session.run(python, "smoke_wheel.py", external=True,
                         env={"TRITON_INTERPRET": "1", "PYTHONPATH": ""})
+        session.log(f"adding the harness extra: {wheels[0].name}[harness]")
+        session.run(python, "-m", "pip", "install", f"{wheels[0]}[harness]", external=True)
+        with session.chdir(work):
+            session.run(python, "smoke_wheel_harness.py", "--results", "reproduce.json",
+                        "--baseline-dir", "baselines", external=True, env={"PYTHONPATH": ""})
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

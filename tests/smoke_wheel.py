@@ -1,14 +1,18 @@
 """Smoke test of an installed flashrepro (a wheel in a fresh venv, outside the checkout).
 
 Run by ``nox -s wheel`` from a temporary folder, with ``TRITON_INTERPRET=1`` set before the
-import (the kernels then run on the CPU under Triton's interpreter). It shows that
+import (the kernels then run on the CPU under Triton's interpreter), after ``pip install`` of
+the wheel without extras. It shows that
 
 1. flashrepro is imported from the installed package, not from a checkout;
-2. ``default_config(128, True, 1024, 90)`` is the tuned table's ``sm90-d128-causal-l1024``
+2. the wheel requires torch, triton and numpy and nothing else without an extra, and nothing
+   else is installed than those three, what they require (recursively) and pip: the harness's
+   dependencies (extra ``harness``) are not;
+3. ``default_config(128, True, 1024, 90)`` is the tuned table's ``sm90-d128-causal-l1024``
    entry, with the table read from the installed package's data (``importlib.resources``),
    so the wheel carries ``tuned.json`` and the lookup uses it (the per-arch rule off the
    table gives 64x64 w4 s3 there, not the table's entry);
-3. ``flashrepro.attention`` on a small float16 causal problem writes every element of a
+4. ``flashrepro.attention`` on a small float16 causal problem writes every element of a
    NaN-poisoned ``out`` and is within 2x torch SDPA's max error + 1e-3 of a float64
    reference (the parity rule of tests/reference.py, on fresh random inputs).
 
@@ -17,9 +21,11 @@ Exit 0 and one line per check on success; an AssertionError otherwise.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
+import re
 import sys
 from importlib import metadata, resources
 from pathlib import Path
@@ -34,6 +40,8 @@ from flashrepro.configs import KernelConfig, default_config
 
 KEY = "sm90-d128-causal-l1024"
 FLOOR_FP16 = 1e-3
+RUNTIME = {"torch", "triton", "numpy"}
+"""The library's dependencies (pyproject.toml's ``dependencies``)."""
 
 
 def check_installed() -> None:
@@ -41,6 +49,42 @@ def check_installed() -> None:
     assert "site-packages" in where.parts, f"flashrepro imported from {where}, not a venv"
     assert not (where.parents[2] / "pyproject.toml").exists(), f"{where} is in a checkout"
     print(f"installed: flashrepro {metadata.version('flashrepro')} at {where.parent}")
+
+
+def _name(requirement: str) -> str:
+    """The normalized distribution name of a requirement string (PEP 503)."""
+    match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", requirement)
+    assert match, requirement
+    return re.sub(r"[-_.]+", "-", match.group()).lower()
+
+
+def _unconditional(distribution: str) -> set[str]:
+    """The requirements of ``distribution`` that no extra asks for (other markers, such as
+    python_version, count as met: the closure may only grow)."""
+    return {_name(r) for r in metadata.requires(distribution) or []
+            if "extra" not in r.partition(";")[2]}
+
+
+def check_dependencies() -> None:
+    requires = _unconditional("flashrepro")
+    assert requires == RUNTIME, f"flashrepro requires {sorted(requires)}, not {sorted(RUNTIME)}"
+    closure, todo = set(), list(requires)
+    while todo:
+        name = todo.pop()
+        if name in closure:
+            continue
+        closure.add(name)
+        with contextlib.suppress(metadata.PackageNotFoundError):  # a marker not met here
+            todo += _unconditional(name)
+    installed = {_name(d.metadata["Name"]) for d in metadata.distributions()}
+    extra = installed - closure - {"flashrepro", "pip"}
+    assert not extra, f"installed beyond torch, triton, numpy and their requirements: {extra}"
+    harness = {_name(r) for r in metadata.requires("flashrepro") or []
+               if 'extra == "harness"' in r}
+    assert harness and not harness & installed, harness & installed
+    print(f"dependencies: {', '.join(sorted(requires))}; installed: {len(installed)} "
+          f"distributions, all of them these three, their requirements, flashrepro and pip; "
+          f"not {', '.join(sorted(harness))} (extra harness)")
 
 
 def check_table() -> None:
@@ -78,6 +122,7 @@ def check_attention() -> None:
 
 if __name__ == "__main__":
     check_installed()
+    check_dependencies()
     check_table()
     check_attention()
     print("smoke_wheel: ok")

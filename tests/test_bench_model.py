@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from flashrepro_harness import cli
-from flashrepro_harness.bench import model as M
+from flashrepro_harness import cli, qwen3
+from flashrepro_harness.qwen3 import build, classify, measure, tables
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -22,16 +22,16 @@ def parse(*argv: str) -> argparse.Namespace:
 
 def test_defaults_cover_the_issue_grid() -> None:
     args = parse()
-    assert args.modes == ["eager", "compile"] and args.impls == M.IMPLS
-    assert M.shapes(args.lengths, args.tokens, args.short) == [
-        M.Shape(16, 1024), M.Shape(4, 4096), M.Shape(1, 16384), M.Shape(1, 1024)]
+    assert args.modes == ["eager", "compile"] and args.impls == qwen3.IMPLS
+    assert build.shapes(args.lengths, args.tokens, args.short) == [
+        build.Shape(16, 1024), build.Shape(4, 4096), build.Shape(1, 16384), build.Shape(1, 1024)]
 
 
 def test_flags_cut_the_run() -> None:
     args = parse("--modes", "eager", "--lengths", "4096", "--no-short", "--impls",
                  "frepro,sdpa-cudnn", "--layers", "2")
     assert args.modes == ["eager"] and args.impls == ["frepro", "sdpa-cudnn"]
-    assert M.shapes(args.lengths, args.tokens, args.short) == [M.Shape(4, 4096)]
+    assert build.shapes(args.lengths, args.tokens, args.short) == [build.Shape(4, 4096)]
     assert args.layers == 2
 
 
@@ -46,7 +46,7 @@ def test_bad_flags_are_argparse_errors(argv: list[str], capsys: pytest.CaptureFi
 
 def test_length_must_divide_tokens() -> None:
     with pytest.raises(ValueError, match="--lengths: every L must divide --tokens=16384"):
-        M.shapes([3000], 16384, short=False)
+        build.shapes([3000], 16384, short=False)
     assert cli.main(["model", "--lengths", "3000"]) == 2
 
 
@@ -60,7 +60,7 @@ def test_run_without_gpu_says_so(capsys: pytest.CaptureFixture,
 
 def test_interleave_and_summarize_with_a_fake_timer() -> None:
     rng = random.Random()
-    base = {impl: rng.uniform(5.0, 50.0) for impl in M.IMPLS}
+    base = {impl: rng.uniform(5.0, 50.0) for impl in qwen3.IMPLS}
     order: list[str] = []
 
     def timer(fn: object, calls: int) -> list[float]:
@@ -68,16 +68,16 @@ def test_interleave_and_summarize_with_a_fake_timer() -> None:
         order.append(name)
         return [base[name] * rng.uniform(0.9, 1.1) for _ in range(calls)]
 
-    fns = {impl: (lambda n=impl: n) for impl in M.IMPLS}
+    fns = {impl: (lambda n=impl: n) for impl in qwen3.IMPLS}
     rounds = 4
-    per_round = M.interleave(fns, rounds=rounds, calls=3, timer=timer)
+    per_round = measure.interleave(fns, rounds=rounds, calls=3, timer=timer)
     # Every round times every implementation once, in an order rotated by the round index.
-    assert order == [n for r in range(rounds) for n in M.IMPLS[r:] + M.IMPLS[:r]]
-    shape = M.Shape(4, 4096)
-    diffs = {impl: rng.random() for impl in M.IMPLS}
-    rows = M.summarize("eager", shape, per_round, diffs, {"frepro": {"fullgraph": True}})
+    assert order == [n for r in range(rounds) for n in qwen3.IMPLS[r:] + qwen3.IMPLS[:r]]
+    shape = build.Shape(4, 4096)
+    diffs = {impl: rng.random() for impl in qwen3.IMPLS}
+    rows = tables.summarize("eager", shape, per_round, diffs, {"frepro": {"fullgraph": True}})
     best_sdpa = max(shape.tokens / (statistics.median(per_round[n]) * 1e-3)
-                    for n in M.SDPA_IMPLS)
+                    for n in qwen3.SDPA_IMPLS)
     for row in rows:
         ms = statistics.median(per_round[row["impl"]])
         assert row["ms"] == ms
@@ -86,8 +86,8 @@ def test_interleave_and_summarize_with_a_fake_timer() -> None:
         assert row["max_abs_diff_vs_ref"] == diffs[row["impl"]]
         assert (row["batch"], row["seqlen"], row["mode"]) == (4, 4096, "eager")
     assert rows[0]["fullgraph"] is True
-    assert max(r["ratio_to_best_sdpa"] for r in rows if r["impl"] in M.SDPA_IMPLS) == 1.0
-    text = M.table(rows, "github")
+    assert max(r["ratio_to_best_sdpa"] for r in rows if r["impl"] in qwen3.SDPA_IMPLS) == 1.0
+    text = tables.table(rows, "github")
     for row in rows:
         assert f"{row['tokens_per_s'] / 1e3:.0f}" in text and row["impl"] in text
 
@@ -101,40 +101,42 @@ def test_round_range_pairs_each_round_with_the_best_sdpa_backend() -> None:
     per_round = {"frepro": [10.0 * p for p in phase], "sdpa-cudnn": [11.0 * p for p in phase],
                  "sdpa-flash": [12.0 * p for p in phase]}
     per_round["frepro"][3] = 13.0  # one round where frepro alone was slow
-    rows = {r["impl"]: r for r in M.summarize("eager", M.Shape(1, 1024), per_round, {}, {})}
-    ranges = {key[-1]: lo_hi for key, lo_hi in M.ratio_round_ranges(list(rows.values())).items()}
+    rows = {r["impl"]: r
+            for r in tables.summarize("eager", build.Shape(1, 1024), per_round, {}, {})}
+    ranges = {key[-1]: lo_hi
+              for key, lo_hi in tables.ratio_round_ranges(list(rows.values())).items()}
     lo, hi = ranges["frepro"]
     assert lo == pytest.approx(11.0 / 13.0) and hi == pytest.approx(1.1)
     assert ranges["sdpa-cudnn"] == pytest.approx([1.0, 1.0])
     assert ranges["sdpa-flash"] == pytest.approx([11 / 12, 11 / 12])
-    text = M.table(list(rows.values()), "github")
+    text = tables.table(list(rows.values()), "github")
     assert f"{11 / 13:.3f}-{1.1:.3f}" in text and "per-round range" in text
 
 
 def test_gpu_busy_is_kernel_time_over_wall_time() -> None:
     row = {"ms": 20.0, "gpu_us": 5000.0}
-    assert M.gpu_busy(row) == pytest.approx(0.25)
-    assert M.gpu_busy({"ms": 20.0}) is None
-    rows = M.summarize("eager", M.Shape(1, 1024), {"sdpa-flash": [20.0]}, {},
+    assert tables.gpu_busy(row) == pytest.approx(0.25)
+    assert tables.gpu_busy({"ms": 20.0}) is None
+    rows = tables.summarize("eager", build.Shape(1, 1024), {"sdpa-flash": [20.0]}, {},
                        {"sdpa-flash": {"gpu_us": 15000.0}})
-    assert "0.75" in M.table(rows, "github")
+    assert "0.75" in tables.table(rows, "github")
 
 
 def test_no_sdpa_row_gives_no_ratio() -> None:
-    rows = M.summarize("compile", M.Shape(1, 1024), {"frepro": [2.0, 3.0]}, {}, {})
+    rows = tables.summarize("compile", build.Shape(1, 1024), {"frepro": [2.0, 3.0]}, {}, {})
     assert rows[0]["ratio_to_best_sdpa"] is None and rows[0]["max_abs_diff_vs_ref"] is None
-    assert "n/a" in M.table(rows, "simple")
+    assert "n/a" in tables.table(rows, "simple")
 
 
 def test_plot_writes_a_png(tmp_path: object) -> None:
     pytest.importorskip("matplotlib")
     rows = []
-    for mode in M.MODES:
-        for shape in (M.Shape(16, 1024), M.Shape(1, 1024)):
-            rows += M.summarize(mode, shape, {n: [random.uniform(1, 9)] for n in M.IMPLS},
+    for mode in qwen3.MODES:
+        for shape in (build.Shape(16, 1024), build.Shape(1, 1024)):
+            rows += tables.summarize(mode, shape, {n: [random.uniform(1, 9)] for n in qwen3.IMPLS},
                                 {}, {})
     path = tmp_path / "model.png"  # type: ignore[operator]
-    M.plot(rows, path, "caption")
+    tables.plot(rows, path, "caption")
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -143,7 +145,7 @@ def test_max_abs_diff_is_chunked_and_exact() -> None:
     b = a.clone()
     i, j, k = random.randrange(3), random.randrange(700), random.randrange(17)
     b[i, j, k] += 0.375
-    assert M.max_abs_diff(a, b, chunk=256) == pytest.approx(0.375, abs=1e-6)
+    assert measure.max_abs_diff(a, b, chunk=256) == pytest.approx(0.375, abs=1e-6)
 
 
 def test_fa4_forward_layout(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -166,19 +168,19 @@ def test_fa4_forward_layout(monkeypatch: pytest.MonkeyPatch) -> None:
     q_bl = torch.randn(2, 7, 4, 16)
     k_bl = torch.randn(2, 7, 2, 16)
     module = torch.nn.Module()
-    out, weights = M.fa4_attention_forward(module, q_bl.transpose(1, 2), k_bl.transpose(1, 2),
+    out, weights = build.fa4_attention_forward(module, q_bl.transpose(1, 2), k_bl.transpose(1, 2),
                                            k_bl.transpose(1, 2), None, scaling=0.25)
     assert weights is None and torch.equal(out, q_bl * 2)
     assert calls == [((2, 7, 4, 16), (2, 7, 2, 16), 0.25, True)]
-    assert M.fa4_available() is None
+    assert build.fa4_available() is None
     with pytest.raises(ValueError, match="no mask"):
-        M.fa4_attention_forward(module, q_bl.transpose(1, 2), k_bl.transpose(1, 2),
+        build.fa4_attention_forward(module, q_bl.transpose(1, 2), k_bl.transpose(1, 2),
                                 k_bl.transpose(1, 2), torch.zeros(1))
 
 
 def test_qwen3_0_6b_config() -> None:
     pytest.importorskip("transformers")
-    c = M.qwen3_0_6b_config()
+    c = build.qwen3_0_6b_config()
     assert (c.num_hidden_layers, c.hidden_size, c.num_attention_heads, c.num_key_value_heads,
             c.head_dim, c.intermediate_size, c.vocab_size) == (28, 1024, 16, 8, 128, 3072,
                                                                151936)
@@ -193,7 +195,7 @@ def test_make_forward_each_copy_keeps_its_attention() -> None:
 
     from transformers import Qwen3ForCausalLM
 
-    config = M.qwen3_0_6b_config(num_layers=1)
+    config = build.qwen3_0_6b_config(num_layers=1)
     for name, value in {"vocab_size": 256, "hidden_size": 128, "intermediate_size": 256,
                         "num_attention_heads": 4, "num_key_value_heads": 2,
                         "head_dim": 32}.items():
@@ -201,7 +203,7 @@ def test_make_forward_each_copy_keeps_its_attention() -> None:
     torch.manual_seed(random.randrange(2**31))
     base = Qwen3ForCausalLM(config).half().eval()
     models = {impl: copy.deepcopy(base) for impl in ("frepro", "sdpa-flash")}
-    fwds = {impl: M.make_forward(m, impl) for impl, m in models.items()}
+    fwds = {impl: build.make_forward(m, impl) for impl, m in models.items()}
     ids = torch.randint(0, 256, (2, 40))
     with torch.inference_mode():
         out = {impl: f(ids).float() for impl, f in fwds.items()}
@@ -209,14 +211,15 @@ def test_make_forward_each_copy_keeps_its_attention() -> None:
     assert models["sdpa-flash"].config._attn_implementation == "sdpa"
     assert out["frepro"].shape == (2, 40, 256)
     # Two fp16 attentions of one network: a few fp16 roundings (eps 2^-10) at the logits scale.
-    assert M.max_abs_diff(out["frepro"], out["sdpa-flash"]) < 4e-3 * out["sdpa-flash"].abs().max()
+    assert (measure.max_abs_diff(out["frepro"], out["sdpa-flash"])
+            < 4e-3 * out["sdpa-flash"].abs().max())
 
 
 def _tiny_qwen3(layers: int = 2) -> torch.nn.Module:
     """A tiny fp16 Qwen3 with random weights (the kernel runs under the interpreter)."""
     from transformers import Qwen3ForCausalLM
 
-    config = M.qwen3_0_6b_config(num_layers=layers)
+    config = build.qwen3_0_6b_config(num_layers=layers)
     for name, value in {"vocab_size": 256, "hidden_size": 128, "intermediate_size": 256,
                         "num_attention_heads": 4, "num_key_value_heads": 2,
                         "head_dim": 32}.items():
@@ -250,7 +253,7 @@ def cpu_compile(monkeypatch: pytest.MonkeyPatch):
     dynamo before and after, and (a 2-layer tiny Qwen3, :func:`_aten_capture`'s backend, its
     list of graphs)."""
     pytest.importorskip("transformers")
-    monkeypatch.setattr(M, "SDPA_BACKENDS", CPU_BACKENDS)
+    monkeypatch.setattr(build, "SDPA_BACKENDS", CPU_BACKENDS)
     torch._dynamo.reset()
     yield (_tiny_qwen3(layers=2), *_aten_capture())
     torch._dynamo.reset()
@@ -273,8 +276,8 @@ def test_regional_compile_one_graph_per_implementation_backend_baked_in(cpu_comp
     for impl in ("sdpa-cudnn", "sdpa-flash", "frepro"):
         model = copy.deepcopy(base)
         with torch.inference_mode():
-            eager = M.make_forward(model, impl)(ids).float()
-        _, info = M.compile_forward(model, impl, ids, backend=backend)
+            eager = build.make_forward(model, impl)(ids).float()
+        _, info = measure.compile_forward(model, impl, ids, backend=backend)
         assert info["fullgraph"] is True and "fullgraph_error" not in info
         assert info["graphs_compiled"] == 1 and info["compile_s"] > 0
         assert graphs[-1] == CPU_OPS[impl], impl
@@ -285,8 +288,8 @@ def test_regional_compile_one_graph_per_implementation_backend_baked_in(cpu_comp
         with torch.inference_mode(), sdpa_kernel([other]):  # a wrong outer context
             out = model(ids, use_cache=False).logits.float()
         assert len(graphs) == count  # no retrace: the graph of the row's own backend ran
-        assert M.max_abs_diff(out, eager) < 4e-3 * eager.abs().max()
-        M.uncompile_layers(model)
+        assert measure.max_abs_diff(out, eager) < 4e-3 * eager.abs().max()
+        measure.uncompile_layers(model)
         assert all(layer._compiled_call_impl is None for layer in model.model.layers)
 
 
@@ -300,7 +303,7 @@ def test_outer_sdpa_context_alone_is_not_guarded(cpu_compile) -> None:
     ids = torch.randint(0, 256, (1, 24))
     for impl in ("sdpa-cudnn", "sdpa-flash"):
         model = copy.deepcopy(base)
-        fwd = M.make_forward(model, impl)  # sdpa_kernel(backend) around the model call
+        fwd = build.make_forward(model, impl)  # sdpa_kernel(backend) around the model call
         for layer in model.model.layers:
             layer.compile(fullgraph=True, backend=backend)
         with torch.inference_mode():
@@ -315,13 +318,13 @@ def test_compile_falls_back_to_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> 
     model = _tiny_qwen3(layers=2)
     ids = torch.randint(0, 256, (1, 16))
     calls: list[bool] = []
-    real = M.compile_layers
+    real = measure.compile_layers
 
     def spy(model: torch.nn.Module, impl: str, fullgraph: bool, backend: object) -> None:
         calls.append(fullgraph)
         real(model, impl, fullgraph, backend)
 
-    monkeypatch.setattr(M, "compile_layers", spy)
+    monkeypatch.setattr(measure, "compile_layers", spy)
     mlp = model.model.layers[0].mlp
     mlp_forward = type(mlp).forward
 
@@ -331,23 +334,23 @@ def test_compile_falls_back_to_graph_breaks(monkeypatch: pytest.MonkeyPatch) -> 
 
     monkeypatch.setattr(type(mlp), "forward", breaking_forward)
     with torch.inference_mode():
-        eager = M.make_forward(model, "sdpa-flash")(ids).float()
-    monkeypatch.setattr(M, "SDPA_BACKENDS", CPU_BACKENDS)
-    fwd, info = M.compile_forward(model, "sdpa-flash", ids, backend="eager")
+        eager = build.make_forward(model, "sdpa-flash")(ids).float()
+    monkeypatch.setattr(build, "SDPA_BACKENDS", CPU_BACKENDS)
+    fwd, info = measure.compile_forward(model, "sdpa-flash", ids, backend="eager")
     assert calls == [True, False]
     assert info["fullgraph"] is False and "graph_break" in info["fullgraph_error"].lower()
     with torch.inference_mode():
-        assert M.max_abs_diff(fwd(ids).float(), eager) < 4e-3 * eager.abs().max()
+        assert measure.max_abs_diff(fwd(ids).float(), eager) < 4e-3 * eager.abs().max()
     torch._dynamo.reset()
 
 
 def test_decoder_layers_refuses_other_models() -> None:
     with pytest.raises(ValueError, match=r"model\.model\.layers"):
-        M.decoder_layers(torch.nn.Linear(2, 2))
+        build.decoder_layers(torch.nn.Linear(2, 2))
 
 
 # Kernel names as torch.profiler reports them on an H200 (forms of the names in the sources
-# cited by M.ATTENTION_KERNELS), and others every forward runs.
+# cited by classify.ATTENTION_KERNELS), and others every forward runs.
 ATTENTION_NAMES = {
     "attn_fwd_gluon_ws_kernel": "flashrepro-ws",
     "attn_fwd_gluon_kernel": "flashrepro-gluon",
@@ -385,13 +388,13 @@ OTHER_NAMES = [
 
 @pytest.mark.parametrize("name", sorted(ATTENTION_NAMES))
 def test_attention_label(name: str) -> None:
-    assert M.attention_label(name) == ATTENTION_NAMES[name]
-    assert M.attention_label(name.upper()) == ATTENTION_NAMES[name]
+    assert classify.attention_label(name) == ATTENTION_NAMES[name]
+    assert classify.attention_label(name.upper()) == ATTENTION_NAMES[name]
 
 
 @pytest.mark.parametrize("name", OTHER_NAMES)
 def test_other_kernels_are_not_attention(name: str) -> None:
-    assert M.attention_label(name) is None
+    assert classify.attention_label(name) is None
 
 
 def _fake_forward(attention: dict[str, int], layers: int = 28
@@ -415,7 +418,7 @@ def _fake_forward(attention: dict[str, int], layers: int = 28
 def test_kernel_summary_counts_and_times_per_forward() -> None:
     ws = "attn_fwd_gluon_ws_kernel"
     launches, totals = _fake_forward({ws: 1})
-    s = M.kernel_summary(launches, "frepro")
+    s = classify.kernel_summary(launches, "frepro")
     assert s["attention_kernel"] == "flashrepro-ws" and s["backend_mismatch"] is False
     assert s["attention_kernels"] == [{"label": "flashrepro-ws", "name": ws,
                                        "us": pytest.approx(totals[ws]), "calls": 28}]
@@ -444,17 +447,17 @@ def test_kernel_summary_counts_and_times_per_forward() -> None:
 def test_kernel_summary_mismatch(impl: str, kernels: list[str], label: str | None,
                                  mismatch: bool) -> None:
     launches, totals = _fake_forward(dict.fromkeys(kernels, 1))
-    s = M.kernel_summary(launches, impl)
+    s = classify.kernel_summary(launches, impl)
     assert s["backend_mismatch"] is mismatch
     if label is None:  # several labels: heaviest first
-        labels = [M.attention_label(n) for n in sorted(kernels, key=lambda n: -totals[n])]
+        labels = [classify.attention_label(n) for n in sorted(kernels, key=lambda n: -totals[n])]
         label = "+".join(labels)
     assert s["attention_kernel"] == label
 
 
 def test_kernel_summary_refuses_an_unknown_impl() -> None:
     with pytest.raises(ValueError, match="impl: expected one of"):
-        M.kernel_summary([], "sdpa-math")
+        classify.kernel_summary([], "sdpa-math")
 
 
 def test_kernel_events_keeps_the_gpu_side() -> None:
@@ -469,20 +472,20 @@ def test_kernel_events_keeps_the_gpu_side() -> None:
                               device_time_total=us[1]),
               SimpleNamespace(name="Memset (Device)", device_type=DeviceType.CUDA,
                               device_time_total=us[2])]
-    assert M.kernel_events(events) == [("attn_fwd_gluon_ws_kernel", us[0]),
+    assert classify.kernel_events(events) == [("attn_fwd_gluon_ws_kernel", us[0]),
                                        ("Memset (Device)", us[2])]
 
 
 def test_table_shows_the_kernel_and_the_mismatch() -> None:
     good, _ = _fake_forward({"cudnn_generated_fort_native_sdpa_sm90_knob_7": 1}, layers=2)
     bad, _ = _fake_forward({"softmax_warp_forward": 1}, layers=2)
-    extra = {"sdpa-cudnn": M.kernel_summary(good, "sdpa-cudnn"),
-             "sdpa-flash": M.kernel_summary(bad, "sdpa-flash")}
-    rows = M.summarize("compile", M.Shape(16, 1024), {"sdpa-cudnn": [9.0], "sdpa-flash": [8.0]},
-                       {}, extra)
-    text = M.table(rows, "github")
+    extra = {"sdpa-cudnn": classify.kernel_summary(good, "sdpa-cudnn"),
+             "sdpa-flash": classify.kernel_summary(bad, "sdpa-flash")}
+    rows = tables.summarize("compile", build.Shape(16, 1024),
+                            {"sdpa-cudnn": [9.0], "sdpa-flash": [8.0]}, {}, extra)
+    text = tables.table(rows, "github")
     assert "attention kernel" in text and "| cudnn " in text and "math (MISMATCH)" in text
-    notes = M.mismatch_notes(rows)
+    notes = tables.mismatch_notes(rows)
     assert len(notes) == 1 and notes[0].startswith("compile B=16 L=1024 sdpa-flash: timed 'math'")
     assert "softmax_warp_forward" in notes[0]
 
@@ -492,7 +495,7 @@ def _part(mode: str, impls: tuple[str, ...], date: str) -> dict:
              "tokens_per_s": 1024 / (1.0 + n) * 1e3, "ratio_to_best_sdpa": 1.0,
              "max_abs_diff_vs_ref": 0.05, "round_medians_us": [1.0]}
             for n, i in enumerate(impls)]
-    return {"schema": M.SCHEMA, "kind": "model", "model": {"num_hidden_layers": 2},
+    return {"schema": tables.SCHEMA, "kind": "model", "model": {"num_hidden_layers": 2},
             "env": {"gpu": {"name": "NVIDIA H200", "key": "nvidia-h200"}, "torch": "2.11.0",
                     "triton": "3.6.0", "transformers": "5.17.0", "date": date,
                     "git_commit": "abc"},
@@ -502,25 +505,25 @@ def _part(mode: str, impls: tuple[str, ...], date: str) -> dict:
 def test_merge_joins_runs_of_one_setup_and_refuses_others() -> None:
     eager = _part("eager", ("frepro", "sdpa-flash"), "d1")
     compiled = _part("compile", ("frepro", "sdpa-flash"), "d2")
-    merged = M.merge([compiled, eager])
+    merged = tables.merge([compiled, eager])
     assert [(r["mode"], r["impl"]) for r in merged["rows"]] == [
         ("eager", "frepro"), ("eager", "sdpa-flash"), ("compile", "frepro"),
         ("compile", "sdpa-flash")]
     assert [m["date"] for m in merged["merged_from"]] == ["d2", "d1"]
-    text = M.markdown(merged)
+    text = tables.markdown(merged)
     assert "Rows from runs ['compile'] at d2" in text and text.count("| frepro") == 2
     other = _part("eager", ("fa4",), "d3")
     other["env"]["torch"] = "2.12.0"
     with pytest.raises(ValueError, match="torch"):
-        M.merge([eager, other])
+        tables.merge([eager, other])
     with pytest.raises(ValueError, match="more than one file"):
-        M.merge([eager, _part("eager", ("frepro",), "d4")])
+        tables.merge([eager, _part("eager", ("frepro",), "d4")])
     slower = _part("compile", ("fa4",), "d5")
     slower["method"] = {"rounds": 5}
     with pytest.raises(ValueError, match="timing method"):
-        M.merge([eager, slower])
+        tables.merge([eager, slower])
     with pytest.raises(ValueError, match="at least two"):
-        M.merge([eager])
+        tables.merge([eager])
 
 
 @pytest.mark.parametrize("breakage", ["no rows", "row without mode", "env not a dict",
@@ -562,4 +565,4 @@ def test_committed_model_md_is_the_table_of_model_json() -> None:
     from flashrepro_harness.readme import MODEL_RESULTS
 
     results = json.loads(MODEL_RESULTS.read_text())
-    assert MODEL_RESULTS.with_suffix(".md").read_text() == M.markdown(results)
+    assert MODEL_RESULTS.with_suffix(".md").read_text() == tables.markdown(results)

@@ -1,5 +1,6 @@
-"""The command line as a user meets it: option spelling, usage lines, output files that cannot
-be written, refusals instead of silent no-ops, the terminal's SASS table, progress on stderr.
+"""The command line as a user meets it: the commands layer, ``--help`` speed, option spelling,
+usage lines, output files that cannot be written, refusals instead of silent no-ops, the
+terminal's SASS table, progress on stderr.
 
 Nothing here compiles or times a kernel: the SASS report is replaced by a small stand-in where
 a command would compile.
@@ -7,10 +8,12 @@ a command would compile.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,9 @@ import pytest
 import flashrepro_harness.analysis.sass as sass_mod
 from flashrepro_harness import outputs, progress
 from flashrepro_harness.analysis.disasm import CLASS_NAMES
-from flashrepro_harness.cli import build_parser
+from flashrepro_harness.cli import COMMANDS, build_parser
 from flashrepro_harness.cli import main as cli_main
+from tests.test_imports import HARNESS, imported_modules
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -58,6 +62,66 @@ def no_compile(monkeypatch: pytest.MonkeyPatch) -> list[int]:
         return _fake_report()
     monkeypatch.setattr(sass_mod, "sass_report", fake)
     return calls
+
+
+# -- the commands layer --
+
+def test_every_command_module_parses_and_calls() -> None:
+    """Each subcommand's module provides add_arguments(parser) and run(args)."""
+    for name, (module, help_text) in COMMANDS.items():
+        mod = importlib.import_module(module)
+        assert callable(mod.add_arguments) and callable(mod.run), name
+        assert help_text, name
+
+
+def test_no_logic_module_imports_the_commands() -> None:
+    """Commands call the logic; the logic never imports a command module back (asv's
+    ``commands/``). Read from the source, imports inside functions included."""
+    commands = f"{HARNESS.name}.commands"
+    offenders = sorted(str(path.relative_to(HARNESS)) for path in HARNESS.rglob("*.py")
+                       if path.parent.name != "commands" and path.name != "cli.py"
+                       and any(m == commands or m.startswith(commands + ".")
+                               for m in imported_modules(path)))
+    assert not offenders, f"modules importing {commands}: {offenders}"
+
+
+HEAVY = ("torch", "triton", "scipy")
+PROBE = ("import sys\n"
+         "from flashrepro_harness.cli import main\n"
+         "try:\n"
+         "    main(sys.argv[1:])\n"
+         "except SystemExit as exc:\n"
+         "    assert exc.code == 0, exc.code\n"
+         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r}))\n")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["doctor", "--help"], ["model", "--help"],
+                                  ["readme", "--help"]])
+def test_help_is_fast_and_loads_no_torch(argv: list[str]) -> None:
+    """``python -m flashrepro_harness [SUBCOMMAND] --help`` in a fresh process: under 1 s (the
+    fastest of three runs; the first may read the files from disk) and without importing
+    torch, triton or scipy (importing torch alone takes seconds)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+    seconds = []
+    for _ in range(3):
+        start = time.perf_counter()
+        out = subprocess.run([sys.executable, "-m", "flashrepro_harness", *argv],
+                             capture_output=True, text=True, env=env, timeout=120)
+        seconds.append(time.perf_counter() - start)
+        assert out.returncode == 0 and out.stdout.startswith("usage: flashrepro"), out.stderr
+    assert min(seconds) < 1.0, seconds
+    probe = subprocess.run([sys.executable, "-c", PROBE, *argv], capture_output=True, text=True,
+                           env=env, timeout=120)
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    assert probe.stdout.splitlines()[-1] == "[]", probe.stdout[-500:]
+
+
+def test_only_the_chosen_commands_options_are_built() -> None:
+    parser = build_parser(["readme"])
+    sub = next(a for a in parser._actions if a.dest == "command")
+    assert {a.dest for a in sub.choices["readme"]._actions} >= {"check", "readme"}
+    assert [a.dest for a in sub.choices["sass"]._actions] == ["help"]
+    assert set(sub.choices) == set(COMMANDS)
 
 
 # -- option spelling and usage lines --

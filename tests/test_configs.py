@@ -16,6 +16,7 @@ from flashrepro.configs import (
 )
 from flashrepro_harness.bench import tune
 from flashrepro_harness.cli import build_parser
+from flashrepro_harness.commands import tune as tune_cmd
 
 LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
             KernelConfig(128, 128, 8, 2, tma=True, overlap=True),
@@ -84,7 +85,7 @@ def test_tune_refuses_configs_that_fit_no_problem(capsys: pytest.CaptureFixture[
     """Checked before any timing (and without a GPU): D = 256 comes after the D = 128 problems."""
     args = build_parser().parse_args(["tune", "--head-dims", "128", "256", "--configs",
                                       "p-in-registers"])
-    assert tune.run(args) == 2
+    assert tune_cmd.run(args) == 2
     assert "none of --configs fits D=256" in capsys.readouterr().err
 
 
@@ -96,13 +97,13 @@ def test_tune_challenge_skips_head_dims_no_challenger_fits(
 
     timed = []
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(tune, "launch_arch", lambda: 90)
-    monkeypatch.setattr(tune, "best_config", lambda problem, rounds, calls, pool, incumbent,
+    monkeypatch.setattr(tune_cmd, "launch_arch", lambda: 90)
+    monkeypatch.setattr(tune_cmd, "best_config", lambda problem, rounds, calls, pool, incumbent,
                         min_gain: (timed.append(problem.head_dim) or pool[0], []))
     args = build_parser().parse_args(["tune", "--head-dims", "64", "128", "--lengths", "1024",
                                       "--masks", "full", "--configs", "fa3-ws3",
                                       "--against-table"])
-    assert tune.run(args) == 0
+    assert tune_cmd.run(args) == 0
     assert timed == [64]
     assert "no challenger in --configs fits D=128; the table's entry stays" in (
         capsys.readouterr().out)
@@ -202,7 +203,7 @@ def test_tune_writes_only_table_keys(head_dim: str, capsys: pytest.CaptureFixtur
     D=96 would put its winners under a key that no launch reads, so it is refused before any
     timing (and without a GPU); timing D=96 without --write stays allowed."""
     args = build_parser().parse_args(["tune", "--head-dims", "128", head_dim, "--write"])
-    assert tune.run(args) == 2
+    assert tune_cmd.run(args) == 2
     assert "--write needs --head-dims that are table keys" in capsys.readouterr().err
     assert [tune.table_head_dim(d) for d in (16, 64, 128, 256, 96, 8, 512)] == [
         True, True, True, True, False, False, False]
@@ -210,13 +211,14 @@ def test_tune_writes_only_table_keys(head_dim: str, capsys: pytest.CaptureFixtur
 
 @pytest.mark.parametrize("present", [True, False])
 def test_doctor_reports_the_tuned_table(present: bool, tmp_path, monkeypatch, capsys) -> None:
-    from flashrepro_harness import env
+    from flashrepro import configs
+    from flashrepro_harness.commands import doctor
 
     table = tmp_path / "tuned.json"
     if present:
         table.write_text("{}\n")
-    monkeypatch.setattr(env, "TUNED_TABLE", table)
-    env.run(build_parser().parse_args(["doctor"]))
+    monkeypatch.setattr(configs, "TUNED_TABLE", table)
+    doctor.run(build_parser().parse_args(["doctor"]))
     line = next(x for x in capsys.readouterr().out.splitlines() if "tuned table" in x)
     if present:
         assert line.endswith(str(table))

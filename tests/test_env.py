@@ -38,15 +38,18 @@ def test_doctor_without_a_gpu_says_why_and_require_gpu_fails_on_stderr(
     """A CPU build of torch is named as the reason (no CUDA_VISIBLE_DEVICES or --gpus can fix
     it); a CUDA build without a visible GPU points at CUDA_VISIBLE_DEVICES and Docker's --gpus.
     --require-gpu exits 1 and says so on stderr; the key: value lines share one column."""
+    import torch
+
     from flashrepro_harness.cli import build_parser
+    from flashrepro_harness.commands import doctor
 
     monkeypatch.setattr(env, "capture", lambda: {
         "date": "d", "torch": "2.13.0+cpu", "cuda": cuda,
         "cpu": {"model": "m", "logical_cores": 2}, "gpu": None})
-    monkeypatch.setattr(env.torch.version, "cuda", cuda)
+    monkeypatch.setattr(torch.version, "cuda", cuda)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
     monkeypatch.delenv("FLASHREPRO_REQUIRE_GPU", raising=False)
-    assert env.run(build_parser().parse_args(["doctor"])) == 0
+    assert doctor.run(build_parser().parse_args(["doctor"])) == 0
     out = capsys.readouterr().out.splitlines()
     assert len({line.index(": ") for line in out}) == 1, out
     gpu = next(line for line in out if line.lstrip().startswith("gpu:"))
@@ -54,6 +57,6 @@ def test_doctor_without_a_gpu_says_why_and_require_gpu_fails_on_stderr(
         assert "is a CPU build" in gpu and "requirements/gpu.in" in gpu
     else:
         assert "CUDA_VISIBLE_DEVICES=7" in gpu and "--gpus all" in gpu
-    assert env.run(build_parser().parse_args(["doctor", "--require-gpu"])) == 1
+    assert doctor.run(build_parser().parse_args(["doctor", "--require-gpu"])) == 1
     err = capsys.readouterr().err
     assert err.startswith("doctor: exit 1, --require-gpu") and env.no_gpu_reason() in err

@@ -145,7 +145,7 @@ def test_skip_without_ncu(require_gpu: bool, tmp_path: Path) -> None:
     env = {**os.environ, "FLASHREPRO_NCU": str(tmp_path / "no-ncu"),
            "PYTHONPATH": str(ROOT / "src")}
     env.pop("FLASHREPRO_REQUIRE_GPU", None)
-    cmd = [sys.executable, "-m", "flashrepro_harness.bench.profile", "--out", str(tmp_path / "out"),
+    cmd = [sys.executable, "-m", "flashrepro_harness", "profile", "--out", str(tmp_path / "out"),
            *(["--require-gpu"] if require_gpu else [])]
     run = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, cwd=ROOT)
     assert run.returncode == int(require_gpu)

@@ -37,14 +37,14 @@ def test_the_model_table_shows_each_ratios_round_range_and_gpu_busy() -> None:
     """The range comes from the rows' round medians (round r of frepro against round r of the
     best SDPA backend), GPU busy from the profiled kernel time: a slower frepro round widens
     the range in the README, a changed kernel time changes GPU busy."""
-    from flashrepro_harness.bench import model as M
+    from flashrepro_harness.qwen3 import tables
 
     frepro = [r for r in MODEL["rows"] if r["impl"] == "frepro"]
     table = readme.model(MODEL)
     for row in frepro:
-        best = M.best_sdpa([r for r in MODEL["rows"] if (r["mode"], r["batch"], r["seqlen"])
+        best = tables.best_sdpa([r for r in MODEL["rows"] if (r["mode"], r["batch"], r["seqlen"])
                             == (row["mode"], row["batch"], row["seqlen"])])
-        lo, hi = M.ratio_round_range(row, best)
+        lo, hi = tables.ratio_round_range(row, best)
         # The median is monotone: if every round's ratio is at least lo, so is the medians'.
         assert lo * (1 - 1e-12) <= row["ratio_to_best_sdpa"] <= hi * (1 + 1e-12)
         assert f"({lo:.3f}-{hi:.3f})" in table
@@ -52,10 +52,10 @@ def test_the_model_table_shows_each_ratios_round_range_and_gpu_busy() -> None:
     row = next(r for r in changed["rows"] if r["impl"] == "frepro")
     row["round_medians_ms"][0] *= 3
     row["gpu_us"] *= 0.5
-    lo, _ = M.ratio_round_range(row, M.best_sdpa([r for r in changed["rows"] if (
+    lo, _ = tables.ratio_round_range(row, tables.best_sdpa([r for r in changed["rows"] if (
         r["mode"], r["batch"], r["seqlen"]) == (row["mode"], row["batch"], row["seqlen"])]))
     assert f"({lo:.3f}-" in readme.model(changed) and f"({lo:.3f}-" not in table
-    assert f"{M.gpu_busy(row):.2f}" in readme.model(changed)
+    assert f"{tables.gpu_busy(row):.2f}" in readme.model(changed)
 
 
 def test_the_setup_line_names_gpu_versions_and_commit() -> None:
@@ -139,3 +139,18 @@ def test_readme_command_says_what_it_checked(tmp_path, capsys) -> None:
     parser = build_parser()
     sub = next(a for a in parser._actions if a.dest == "command").choices["readme"]
     assert all(a.help for a in sub._actions), [a.dest for a in sub._actions if not a.help]
+
+
+@pytest.mark.parametrize("option", ["--readme", "--results", "--model-results"])
+def test_readme_command_names_a_missing_file_and_its_option(option: str, tmp_path,
+                                                            capsys) -> None:
+    """Outside a checkout README.md and the results are missing: the command names the file
+    and the option that takes its path, exit 2, no traceback."""
+    from flashrepro_harness.cli import main
+
+    missing = tmp_path / "nowhere" / "file"
+    assert main(["readme", "--check", option, str(missing)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"readme: {option}: no such file: {missing}")
+    assert f"give the path with {option}" in err and "Traceback" not in err
+    assert len(err.splitlines()) == 1

@@ -34,6 +34,7 @@ from flashrepro_harness.analysis.torch_sass import (
     installed_library,
     torch_flash_sass,
 )
+from flashrepro_harness.commands import sass as sass_cmd
 from flashrepro_harness.problem import load_article
 from tests.sass_cache import full_report
 
@@ -58,7 +59,7 @@ LISTING = """
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
-    sass.add_arguments(parser)
+    sass_cmd.add_arguments(parser)
     return parser
 
 
@@ -257,7 +258,7 @@ def test_changing_the_article_config_fails_the_golden_check(
         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(sass, "ARTICLE", changed)  # as if configs.ARTICLE had been edited
     out = tmp_path / "report.json"
-    assert sass.run(_parser().parse_args(["--arch", "sm_80", "--json", str(out)])) == 1
+    assert sass_cmd.run(_parser().parse_args(["--arch", "sm_80", "--json", str(out)])) == 1
     err = capsys.readouterr().err
     assert f"sm_80  article {changed.label()}" in err and golden.NOT_IN_GOLDEN in err
     assert f"article {ARTICLE.label()}" in err and "but not compiled now" in err
@@ -323,7 +324,7 @@ def test_bad_arguments_are_named() -> None:
         sass.sass_report(["sm_70"])
     with pytest.raises(ValueError, match="target must be one of"):
         KernelSpec("article", ARTICLE, "sm_75", PROBLEM)
-    assert sass.run(_parser().parse_args(["--torch-lib", "/nonexistent.so"])) == 2
+    assert sass_cmd.run(_parser().parse_args(["--torch-lib", "/nonexistent.so"])) == 2
 
 
 def test_torch_rows_say_why_they_are_skipped() -> None:

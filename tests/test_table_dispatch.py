@@ -13,8 +13,8 @@ import torch
 
 from flashrepro import api, configs, launch
 from flashrepro.configs import FA3_WS, TRITON_FALLBACK, KernelConfig, _tuned_table
-from flashrepro_harness.bench import tune
 from flashrepro_harness.cli import build_parser
+from flashrepro_harness.commands import tune as tune_cmd
 from tests.reference import check_parity, random_qkv
 
 ALIGNMENTS = [("top_left", 1, 1), ("bottom_right", 1, 1), ("bottom_right", 2, 1),
@@ -110,19 +110,19 @@ def test_tune_against_table_round_trips_tile_grid(monkeypatch: pytest.MonkeyPatc
            for k in ("sm90-d128-causal-l16384", "sm90-d128-full-l16384")}
     table.write_text(json.dumps(old))
     monkeypatch.setattr(configs, "TUNED_TABLE", table)
-    monkeypatch.setattr(tune, "TUNED_TABLE", table)
+    monkeypatch.setattr(tune_cmd, "TUNED_TABLE", table)
     configs._tuned_table.cache_clear()
     try:
         assert configs.default_config(128, True, 16384, 90) == FA3_WS  # the old table loads
         moved = KernelConfig.parse("128x128 w8 s2 tma overlap ws tilegrid")
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-        monkeypatch.setattr(tune, "launch_arch", lambda: 90)
-        monkeypatch.setattr(tune, "best_config", lambda problem, rounds, calls, pool,
+        monkeypatch.setattr(tune_cmd, "launch_arch", lambda: 90)
+        monkeypatch.setattr(tune_cmd, "best_config", lambda problem, rounds, calls, pool,
                             incumbent, min_gain: ((moved if problem.causal else incumbent), []))
         args = build_parser().parse_args(["tune", "--head-dims", "128", "--lengths", "16384",
                                           "--configs", moved.label(), "--against-table",
                                           "--write"])
-        assert tune.run(args) == 0
+        assert tune_cmd.run(args) == 0
         written = json.loads(table.read_text())
         assert written["sm90-d128-causal-l16384"] == moved.as_dict()
         assert written["sm90-d128-causal-l16384"]["tile_grid"] is True

@@ -1,7 +1,9 @@
-"""Command line: ``python -m flashrepro_harness SUBCOMMAND ...`` (:data:`COMMANDS`).
+"""Command line: ``flashrepro SUBCOMMAND ...`` or ``python -m flashrepro_harness SUBCOMMAND``
+(:data:`COMMANDS`).
 
 Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
-``run(args) -> int`` (the process exit code).
+``run(args) -> int`` (the process exit code). Only the chosen subcommand's module is imported,
+so ``flashrepro --help`` answers without loading torch or triton.
 """
 
 from __future__ import annotations
@@ -9,25 +11,29 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from collections.abc import Iterable
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "doctor": ("flashrepro_harness.env",
+    "doctor": ("flashrepro_harness.commands.doctor",
                "report the GPU, driver, CUDA, torch and triton seen here"),
     "reproduce": ("flashrepro_harness.gate.reproduce",
                   "the article run: timings vs torch, SASS table"),
-    "bench": ("flashrepro_harness.bench.sweep",
+    "bench": ("flashrepro_harness.commands.bench",
               "L x D x causal x dtype sweep vs torch; table + plot"),
-    "model": ("flashrepro_harness.bench.model",
+    "model": ("flashrepro_harness.commands.model",
               "Qwen3-0.6B-shaped prefill tokens/s: flashrepro vs SDPA cuDNN/flash, FA4"),
-    "tune": ("flashrepro_harness.bench.tune", "time launch configs, write flashrepro/tuned.json"),
-    "profile": ("flashrepro_harness.bench.profile",
+    "tune": ("flashrepro_harness.commands.tune",
+             "time launch configs, write flashrepro/tuned.json"),
+    "profile": ("flashrepro_harness.commands.profile",
                 "Nsight Compute: memory ladder, executed counts (docs/article.md)"),
-    "sass": ("flashrepro_harness.analysis.sass", "SASS counts per arch vs model, article, golden"),
+    "sass": ("flashrepro_harness.commands.sass",
+             "SASS counts per arch vs model, article, golden"),
     "gate": ("flashrepro_harness.gate.command",
              "judge a results JSON: by its reference twins, else its per-GPU baseline"),
-    "readme": ("flashrepro_harness.readme",
+    "readme": ("flashrepro_harness.commands.readme",
                "check or rewrite README.md's tables from the results JSON"),
 }
+"""Subcommand -> (module with ``add_arguments`` and ``run``, help text)."""
 
 
 DESCRIPTION = ("A Triton FlashAttention-2 forward kernel and the rerun of its published analysis: "
@@ -38,23 +44,34 @@ DESCRIPTION = ("A Triton FlashAttention-2 forward kernel and the rerun of its pu
 developers)."""
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands: Iterable[str] | None = None) -> argparse.ArgumentParser:
     """The ``flashrepro`` parser: one subparser per :data:`COMMANDS` entry, options spelled out
-    in full (``allow_abbrev=False``: ``--round 3`` is an error, not ``--rounds 3``)."""
+    in full (``allow_abbrev=False``: ``--round 3`` is an error, not ``--rounds 3``).
+
+    Args:
+        commands: the subcommands whose options are added (each imports its module); default
+            every one. The others are listed with their help text but take no options.
+    """
+    wanted = set(COMMANDS if commands is None else commands)
     parser = argparse.ArgumentParser(prog="flashrepro", description=DESCRIPTION,
                                      allow_abbrev=False)
     sub = parser.add_subparsers(dest="command", required=True)
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text, allow_abbrev=False)
         p.set_defaults(module=module)
-        importlib.import_module(module).add_arguments(p)
+        if name in wanted:
+            importlib.import_module(module).add_arguments(p)
     return parser
 
 
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
-    """Parse ``argv``; an unknown option after a subcommand is reported with that
-    subcommand's usage line (argparse would show the top-level one), exit status 2."""
-    parser = build_parser()
+    """Parse ``argv`` (default ``sys.argv[1:]``) with the options of the subcommand it names
+    only (its first word that is not an option); an unknown option after a subcommand is
+    reported with that subcommand's usage line (argparse would show the top-level one), exit
+    status 2."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser([chosen] if chosen in COMMANDS else [])
     args, unknown = parser.parse_known_args(argv)
     if unknown:
         subparsers = next(a for a in parser._actions

@@ -1,7 +1,8 @@
-"""Environment capture (recorded next to every result) and the ``doctor`` check.
+"""Environment capture, recorded next to every result (``flashrepro doctor`` prints it).
 
 Clocks and the driver version come from NVML (``nvidia-ml-py``) when it is installed;
-everything else from torch, triton and git.
+everything else from torch, triton and git. torch and triton are imported by the functions
+that read them, so the argparse helpers here load without them (``flashrepro --help``).
 """
 
 from __future__ import annotations
@@ -13,14 +14,9 @@ import os
 import platform
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-import torch
-import triton
-
-from flashrepro.configs import TUNED_TABLE
 from flashrepro_harness.paths import CHECKOUT
 
 
@@ -108,6 +104,9 @@ def capture() -> dict[str, Any]:
 
     Returns a JSON-ready dict. ``gpu`` is None on a machine without a CUDA GPU.
     """
+    import torch
+    import triton
+
     env: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": _git_commit(),
@@ -151,6 +150,8 @@ def xdist_workers() -> int:
     a GPU. ``tests/conftest.py`` deals the workers out to the GPUs in turn, so each GPU gets as
     many as the smallest one can hold.
     """
+    import torch
+
     per_gpu = [max(1, torch.cuda.get_device_properties(i).total_memory
                    // (GIB_PER_XDIST_WORKER << 30))
                for i in range(torch.cuda.device_count())]
@@ -166,55 +167,15 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--require-gpu", action="store_true",
-                        default=require_gpu(),
-                        help="exit 1 when no CUDA GPU is visible (default from "
-                             "FLASHREPRO_REQUIRE_GPU=1)")
-    parser.add_argument("--xdist-workers", action="store_true",
-                        help="print only the number of pytest-xdist workers for the GPU suite "
-                             "(one per usable CPU core, at most one per "
-                             f"{GIB_PER_XDIST_WORKER} GiB of GPU memory) and exit")
-
-
 def no_gpu_reason() -> str:
     """What ``doctor`` says when torch sees no CUDA GPU, with what to do: a CPU build of torch
     (``torch.version.cuda`` is None) cannot see one at all; a CUDA build may be kept from it by
     ``CUDA_VISIBLE_DEVICES`` or, in Docker, by a missing ``--gpus all``."""
+    import torch
+
     if torch.version.cuda is None:
         return (f"none (torch {torch.__version__} is a CPU build; on a GPU host install "
                 "requirements/gpu.in, as nox does where nvidia-smi exists)")
     return (f"none visible to torch (CUDA_VISIBLE_DEVICES="
             f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}; with Docker, run with "
             "--gpus all and the NVIDIA container toolkit)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """``doctor``: print what :func:`capture` sees, one ``key: value`` line each; returns 0,
-    or 1 with ``--require-gpu`` when no CUDA GPU is visible (the reason also on stderr)."""
-    if args.xdist_workers:
-        print(xdist_workers())
-        return 0
-    env = capture()
-    lines: list[tuple[str, Any]] = []
-    for key, value in env.items():
-        if key == "cpu":
-            lines += [(f"cpu.{sub}", v) for sub, v in value.items()]
-        elif key != "gpu":
-            lines.append((key, value))
-    lines.append(("tuned table", str(TUNED_TABLE) if TUNED_TABLE.exists() else
-                  f"none at {TUNED_TABLE}: the default launch uses the per-arch rules (the "
-                  "package data flashrepro/tuned.json is missing from this install)"))
-    reason = no_gpu_reason() if env["gpu"] is None else None
-    if reason is not None:
-        lines.append(("gpu", reason))
-    else:
-        lines += [(f"gpu.{key}", value) for key, value in env["gpu"].items()]
-    width = max(len(key) for key, _ in lines)
-    for key, value in lines:
-        print(f"{key:>{width}}: {value}")
-    if reason is not None and args.require_gpu:
-        print(f"doctor: exit 1, --require-gpu (or FLASHREPRO_REQUIRE_GPU=1) and gpu: {reason}",
-              file=sys.stderr)
-        return 1
-    return 0

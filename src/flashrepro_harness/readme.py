@@ -1,27 +1,23 @@
-"""``python -m flashrepro_harness readme --check|--write``: README.md's tables, generated from the
-committed results JSON (``reproduce/results/<gpu>/reproduce.json``, and ``model.json`` for the
-Qwen3 prefill table).
+"""README.md's tables, generated from the committed results JSON
+(``reproduce/results/<gpu>/reproduce.json``, and ``model.json`` for the Qwen3 prefill table).
 
 Each table sits between ``<!-- begin: NAME -->`` and ``<!-- end: NAME -->`` in README.md;
-``--write`` replaces what is there, ``--check`` exits 1 when it differs (tests/test_readme.py
-runs the check). Rows and columns come from the data: every record timed is a row (a record
-named ``fa4-cute`` appears as one), and the optional per-record fields ``host_us`` (host µs per
-call) and ``eager_us`` (µs per call, eager back to back) become columns once any record has
-them.
+``flashrepro readme --write`` replaces what is there, ``--check`` exits 1 when it differs
+(:mod:`flashrepro_harness.commands.readme`; tests/test_readme.py runs the check). Rows and
+columns come from the data: every record timed is a row (a record named ``fa4-cute`` appears
+as one), and the optional per-record fields ``host_us`` (host µs per call) and ``eager_us``
+(µs per call, eager back to back) become columns once any record has them.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
-from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
-from flashrepro_harness.bench.model import gpu_busy, ratio_round_ranges
-from flashrepro_harness.paths import CHECKOUT, checkout_path
+from flashrepro_harness.paths import checkout_path
+from flashrepro_harness.qwen3.tables import gpu_busy, ratio_round_ranges
 from flashrepro_harness.results import REFERENCE_PREFIX
 
 README = checkout_path("README.md")
@@ -126,9 +122,9 @@ def model(data: dict[str, Any]) -> str:
     """The Qwen3 prefill table: per mode and shape, thousands of tokens/s of each
     implementation and flashrepro's tokens/s over the best SDPA backend's (higher is better),
     with the range of its per-round ratios
-    (:func:`flashrepro_harness.bench.model.ratio_round_ranges`,
+    (:func:`flashrepro_harness.qwen3.tables.ratio_round_ranges`,
     from the rows' round medians) and the share of frepro's forward the GPU was busy
-    (:func:`flashrepro_harness.bench.model.gpu_busy`); an implementation that did not run there is
+    (:func:`flashrepro_harness.qwen3.tables.gpu_busy`); an implementation that did not run there is
     blank."""
     impls = list(dict.fromkeys(r["impl"] for r in data["rows"]))
     shapes = list(dict.fromkeys((r["mode"], r["batch"], r["seqlen"]) for r in data["rows"]))
@@ -178,42 +174,3 @@ def render(text: str, results: dict[str, Any], model_results: dict[str, Any] | N
     for name, make in MODEL_TABLES.items() if model_results is not None else ():
         text = _replace(text, name, make(model_results))
     return text
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group(required=True)
-    group.add_argument("--check", action="store_true", help="exit 1 if the tables drifted")
-    group.add_argument("--write", action="store_true", help="rewrite the tables in README.md")
-    parser.add_argument("--readme", type=Path, default=README,
-                        help=f"the README to check or rewrite (default: {_shown(README)})")
-    parser.add_argument("--results", type=Path, default=RESULTS,
-                        help="reproduce results JSON of the setup, headline and SASS tables "
-                             f"(default: {_shown(RESULTS)})")
-    parser.add_argument("--model-results", type=Path, default=MODEL_RESULTS,
-                        help="model results JSON of the Qwen3 prefill table "
-                             f"(default: {_shown(MODEL_RESULTS)})")
-
-
-def _shown(path: Path) -> str:
-    """``path`` relative to the repository root where it lies inside it."""
-    try:
-        return str(path.relative_to(CHECKOUT or Path.cwd()))
-    except ValueError:
-        return str(path)
-
-
-def run(args: argparse.Namespace) -> int:
-    """Check or write; returns 0, or 1 when ``--check`` finds a difference."""
-    text = args.readme.read_text()
-    new = render(text, json.loads(args.results.read_text()),
-                 json.loads(args.model_results.read_text()))
-    if args.write:
-        args.readme.write_text(new)
-        return 0
-    if new != text:
-        print(f"readme: tables in {_shown(args.readme)} differ from {_shown(args.results)} and "
-              f"{_shown(args.model_results)}; run `python -m flashrepro_harness readme --write`")
-        return 1
-    print(f"readme: the tables in {_shown(args.readme)} match {_shown(args.results)} and "
-          f"{_shown(args.model_results)}")
-    return 0

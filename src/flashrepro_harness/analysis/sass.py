@@ -1,5 +1,5 @@
-"""``python -m flashrepro_harness sass``: SASS counts per arch — flashrepro, the article, torch — vs
-golden.
+"""SASS counts per arch — flashrepro, the article, torch — vs golden (``flashrepro sass``,
+:mod:`flashrepro_harness.commands.sass`).
 
 For every target arch it compiles the ``article`` and ``fwd`` variants at the article's launch
 config and ``fwd`` at the production default config, without a GPU
@@ -9,8 +9,8 @@ prints one table per arch: each kernel's counts by class, the analytic model's p
 (:mod:`flashrepro_harness.analysis.count_model`), the article's published numbers
 (``reproduce/article.toml``) and a status (:mod:`flashrepro_harness.analysis.rows`). Every Triton
 count (classes, opcodes, registers, shared memory) is compared with the golden file
-(:mod:`flashrepro_harness.analysis.golden`); any drift exits 1 with a readable diff, ``--update``
-rewrites the file.
+(:mod:`flashrepro_harness.analysis.golden`); the command exits 1 on any drift with a readable
+diff, ``--update`` rewrites the file.
 
 Library use: :func:`sass_report` returns the whole report as a JSON-ready dict, with the tables
 rendered under ``text`` and ``markdown`` (``python -m flashrepro_harness reproduce`` embeds it).
@@ -18,10 +18,7 @@ rendered under ``text`` and ``markdown`` (``python -m flashrepro_harness reprodu
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
-import json
-import sys
 import textwrap
 from collections.abc import Sequence
 from pathlib import Path
@@ -44,8 +41,7 @@ from flashrepro_harness.analysis.disasm import CLASS_NAMES, tool_versions
 from flashrepro_harness.analysis.offline_compile import TARGETS, KernelSass, KernelSpec, kernel_sass
 from flashrepro_harness.analysis.rows import published_counts, torch_rows, triton_row
 from flashrepro_harness.analysis.torch_sass import installed_library
-from flashrepro_harness.env import positive_int, shown_path
-from flashrepro_harness.outputs import OutputError, output_file, write_text
+from flashrepro_harness.env import shown_path
 from flashrepro_harness.problem import Problem, load_article
 
 SCHEMA = "flashrepro.sass/1"
@@ -271,62 +267,3 @@ def format_tables(report: dict[str, Any], markdown: bool = False, wide: bool = F
     parts.append(f"golden file {g['path']}: " + ("every count matches" if g["ok"] else
                                                  f"{len(g['diff'])} kernel(s) drifted"))
     return "\n\n".join(parts) + "\n"
-
-
-# --------------------------------------------------------------------------------------------
-# CLI
-# --------------------------------------------------------------------------------------------
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--arch", action="append", choices=list(TARGETS), dest="archs",
-                        help="target to compile for (repeatable; default: all of "
-                             f"{', '.join(TARGETS)})")
-    parser.add_argument("--update", action="store_true",
-                        help="rewrite the golden file with this run's counts (targets run only)")
-    parser.add_argument("--golden", type=Path, default=None,
-                        help="golden file (default: reproduce/golden/sass-triton-<version>.json)")
-    parser.add_argument("--torch-lib", type=Path, default=None,
-                        help="libtorch_cuda.so of a CUDA build of torch (default: the installed "
-                             "torch's, if it is a CUDA build)")
-    parser.add_argument("--markdown", type=output_file, default=None,
-                        help="also write the full tables (every class) as GitHub markdown to "
-                             "this file (missing folders are created)")
-    parser.add_argument("--json", type=output_file, default=None,
-                        help="also write the report (without the rendered tables) as JSON")
-    parser.add_argument("--wide", action="store_true",
-                        help="print every instruction class (about 235 columns) instead of the "
-                             "compact table")
-    parser.add_argument("--workers", type=positive_int, default=None,
-                        help="parallel compile processes (default: CPU count)")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Print the tables; exit 1 on drift against the golden file (0 after ``--update``)."""
-    if args.torch_lib is not None and not args.torch_lib.is_file():
-        print(f"--torch-lib: no such file: {args.torch_lib}", file=sys.stderr)
-        return 2
-    if args.golden is not None and not args.golden.is_file() and not args.update:
-        print(f"--golden: no such file: {args.golden} (--update creates it)", file=sys.stderr)
-        return 2
-    try:
-        report = sass_report(args.archs, args.torch_lib, args.golden, args.workers, args.update)
-    except (ValueError, RuntimeError) as exc:  # a bad golden file, a library cuobjdump rejects
-        print(f"sass: {str(exc).splitlines()[0]}", file=sys.stderr)
-        return 2
-    if args.update:
-        print(f"wrote {report['golden']['path']}")
-    print(format_tables(report, wide=True) if args.wide else report["text"])
-    try:
-        if args.markdown:
-            write_text("--markdown", args.markdown, report["markdown"])
-        if args.json:
-            data = {k: v for k, v in report.items() if k not in ("text", "markdown")}
-            write_text("--json", args.json, json.dumps(data, indent=1) + "\n")
-    except OutputError as exc:
-        print(f"sass: {exc}", file=sys.stderr)
-        return 2
-    if not report["golden"]["ok"]:
-        print(golden.format_diff(report["golden"]["diff"], Path(report["golden"]["path"])),
-              file=sys.stderr)
-        return 1
-    return 0

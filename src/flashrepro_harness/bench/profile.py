@@ -1,4 +1,5 @@
-"""``flashrepro profile``: the ladder's memory traffic and the executed-count check.
+"""The ladder's memory traffic and the executed-count check (``flashrepro profile``,
+:mod:`flashrepro_harness.commands.profile`).
 
 Two jobs, both under Nsight Compute (:mod:`flashrepro_harness.analysis.ncu`), one ncu process each:
 
@@ -33,11 +34,9 @@ from typing import Any
 from tabulate import tabulate
 
 from flashrepro.configs import ARTICLE, KernelConfig
-from flashrepro_harness import env as envmod
 from flashrepro_harness.analysis import ncu
 from flashrepro_harness.bench.ladder_kernels import KERNEL_NAMES, VARIANTS
 from flashrepro_harness.progress import progress
-from flashrepro_harness.results import results_dir
 
 SCHEMA = "flashrepro.profile/1"
 
@@ -301,25 +300,7 @@ def executed_rows(executed: dict[str, Any], expected: dict[str, dict[str, int]])
     return rows
 
 
-# -- the subcommand ---------------------------------------------------------------------------
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--executed", action="store_true",
-                      help="only the executed-count check (article kernel, both paths)")
-    mode.add_argument("--ladder", action="store_true", help="only the memory-ladder table")
-    parser.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all",
-                        help="ladder workload(s) to profile (default: all)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="output folder (default reproduce/results/<gpu-key>/)")
-    parser.add_argument("--ncu-path", default=None,
-                        help=f"ncu executable (default: ${ncu.NCU_ENV}, PATH, CUDA install)")
-    parser.add_argument("--timeout", type=float, default=300,
-                        help="limit per ncu run, seconds (default 300)")
-    parser.add_argument("--require-gpu", action="store_true",
-                        default=os.environ.get("FLASHREPRO_REQUIRE_GPU") == "1",
-                        help="exit 1 instead of 0 when ncu or a GPU is missing")
-
+# -- the jobs -----------------------------------------------------------------------------------
 
 def _write(out: Path, job: str, report: dict[str, Any], md: list[str]) -> None:
     """Write ``<job>_<run>.csv`` per ncu run, then ``<job>.json`` and ``<job>.md``."""
@@ -391,34 +372,3 @@ def run_executed(args: argparse.Namespace, environment: dict[str, Any], out: Pat
           f"Result: {'PASS' if report['passed'] else 'FAIL'}", ""]
     _write(out, "executed", report, md)
     return 0 if report["passed"] else 1
-
-
-def run(args: argparse.Namespace) -> int:
-    ncu_path = ncu.find_ncu(args.ncu_path)
-    reason = ncu.unavailable_reason(ncu_path)
-    if reason is not None:
-        print(f"profile: skipped: {reason}")
-        return 1 if args.require_gpu else 0
-    args.ncu_path = ncu_path
-    environment = envmod.capture()
-    out = results_dir(args.out, environment["gpu"]["key"])
-    known = ncu.query_metrics(ncu_path)
-    status = 0
-    if not args.executed:
-        status |= run_ladder(args, environment, out, known)
-    if not args.ladder:
-        status |= run_executed(args, environment, out, known)
-    print(f"profile: wrote {out}")
-    return status
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Stand-alone entry, ``python -m flashrepro_harness.bench.profile`` (as the subcommand)."""
-    parser = argparse.ArgumentParser(prog="python -m flashrepro_harness.bench.profile",
-                                     description=__doc__.splitlines()[0], allow_abbrev=False)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,5 @@
-"""``flashrepro bench``: the L x D x causal x dtype sweep against torch's backends.
+"""The L x D x causal x dtype sweep against torch's backends (``flashrepro bench``,
+:mod:`flashrepro_harness.commands.bench`).
 
 Every point has H = 16 and B·L = ``--tokens`` tokens, 16384 by default (the shape of the cuDNN
 figures in issue 7); B is at least 1.
@@ -13,23 +14,20 @@ and flashrepro / best peer on each panel's right axis).
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import statistics
 from pathlib import Path
 from typing import Any
 
-import torch
 from tabulate import tabulate
 
-from flashrepro_harness import env
 from flashrepro_harness.bench import impls as K
 from flashrepro_harness.bench import peers
-from flashrepro_harness.bench.reproduce import SCHEMA, results_dir
 from flashrepro_harness.bench.timing import interleaved_rounds
-from flashrepro_harness.problem import Problem, add_grid_arguments
+from flashrepro_harness.problem import Problem
 from flashrepro_harness.progress import progress
+from flashrepro_harness.results import RESULTS_SCHEMA
 
 KERNELS = ["flashrepro", "torch-flash", "torch-cudnn", *peers.PEERS]
 
@@ -56,6 +54,37 @@ def measure_point(problem: Problem, rounds: int, calls: int) -> dict[str, Any]:
                                   "tflops": problem.flops() / (us * 1e-6) / 1e12}
     point["best_peer"] = best_peer(point["kernels"])
     return point
+
+
+def sweep(environment: dict[str, Any], lengths: list[int], head_dims: list[int],
+          dtypes: list[str], tokens: int, rounds: int, calls: int) -> dict[str, Any]:
+    """Time every point of :func:`sweep_problems` (:func:`measure_point`, progress on stderr);
+    returns the results dict of ``bench.json`` with ``environment`` (:func:`flashrepro_harness.
+    env.capture`) and the method."""
+    points = [measure_point(p, rounds, calls)
+              for p in progress(sweep_problems(lengths, head_dims, dtypes, tokens),
+                                "bench points", unit="point")]
+    return {"schema": RESULTS_SCHEMA, "kind": "bench", "env": environment,
+            "method": {"timer": "cuda-events per call, L2 flushed", "rounds": rounds,
+                       "layouts": peers.layouts_note(KERNELS),
+                       "best_peer": "flashrepro median µs / the smallest median µs of "
+                                    + ", ".join(K.BEST_PEER_CANDIDATES) + " (those that ran)",
+                       "calls_per_round": calls,
+                       "statistic": "median of per-round medians",
+                       "flops": "4·B·H·L²·D, halved when causal", "tokens": tokens},
+            "points": points}
+
+
+def write_results(out_dir: Path, results: dict[str, Any]) -> None:
+    """``bench.json``, ``bench.md`` (:func:`table`) and ``bench.png`` (:func:`plot`, needs
+    matplotlib: the ``plot`` extra) of a :func:`sweep` results dict under ``out_dir``
+    (created)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench.json").write_text(json.dumps(results, indent=1) + "\n")
+    text = caption(results["env"], results["method"]["tokens"])
+    (out_dir / "bench.md").write_text(
+        f"# Sweep\n\n{text}\n\n{table(results['points'], 'github')}\n")
+    plot(results["points"], out_dir / "bench.png", text)
 
 
 def best_peer(kernels: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
@@ -132,45 +161,6 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    add_grid_arguments(parser, "point")
-    parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"],
-                        help="input dtypes (default: %(default)s)")
-    parser.add_argument("--rounds", type=env.positive_int, default=3,
-                        help="interleaved rounds per point (default: %(default)s)")
-    parser.add_argument("--calls", type=env.positive_int, default=10,
-                        help="timed calls per kernel per round (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=None, help="results folder")
-
-
-def run(args: argparse.Namespace) -> int:
-    if not torch.cuda.is_available():
-        print("bench: the sweep needs a CUDA GPU (torch sees none)")
-        return 1 if env.require_gpu() else 0
-    environment = env.capture()
-    points = [measure_point(p, args.rounds, args.calls)
-              for p in progress(sweep_problems(args.lengths, args.head_dims, args.dtypes,
-                                               args.tokens), "bench points", unit="point")]
-    results = {"schema": SCHEMA, "kind": "bench", "env": environment,
-               "method": {"timer": "cuda-events per call, L2 flushed", "rounds": args.rounds,
-                          "layouts": peers.layouts_note(KERNELS),
-                          "best_peer": "flashrepro median µs / the smallest median µs of "
-                                       + ", ".join(K.BEST_PEER_CANDIDATES) + " (those that ran)",
-                          "calls_per_round": args.calls,
-                          "statistic": "median of per-round medians",
-                          "flops": "4·B·H·L²·D, halved when causal", "tokens": args.tokens},
-               "points": points}
-    out_dir = results_dir(args.out, environment["gpu"]["key"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps(results, indent=1) + "\n")
-    text = caption(environment, args.tokens)
-    (out_dir / "bench.md").write_text(f"# Sweep\n\n{text}\n\n{table(points, 'github')}\n")
-    plot(points, out_dir / "bench.png", text)
-    print(table(points, "simple"))
-    print(text)
-    return 0
 
 
 def caption(environment: dict[str, Any], tokens: int) -> str:
