@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -292,16 +293,23 @@ def docker_daemon_problem(cli: str) -> str | None:
             "answers (docs/docker.md)")
 
 
+def public_url(url: str) -> str:
+    """``url`` without a user or token (``https://user:token@host/x`` -> ``https://host/x``):
+    what may go into an image label."""
+    return re.sub(r"^([a-z+]+://)[^/@]*@", r"\1", url)
+
+
 @nox.session(venv_backend="none")
 def docker(session: nox.Session) -> None:
     """Build the image and run ``tests`` and ``sass`` inside it on the CPU (docs/docker.md).
 
-    Arguments after ``--`` go to ``docker build``, e.g. ``--build-arg BASE_IMAGE=...`` or
-    ``--build-arg SOURCE=<repository URL>`` (not taken from git: a remote URL may hold a token). The
-    host's CA bundle ($SSL_CERT_FILE, else Debian's) goes in as the BuildKit secret
-    ``ca_bundle``. $FLASHREPRO_IMAGE names the image (flashrepro:dev), $DOCKER the client. A
-    client without BuildKit (Docker 23+ without buildx) or without a daemon stops the session
-    first, saying what to do (:func:`docker_client_problem`, :func:`docker_daemon_problem`).
+    Arguments after ``--`` go to ``docker build``, e.g. ``--build-arg BASE_IMAGE=...``. The
+    image's ``source`` label is the ``origin`` remote's URL without credentials
+    (:func:`public_url`). The host's CA bundle ($SSL_CERT_FILE, else Debian's) goes in as the
+    BuildKit secret ``ca_bundle``. $FLASHREPRO_IMAGE names the image (flashrepro:dev), $DOCKER
+    the client. A client without BuildKit (Docker 23+ without buildx) or without a daemon stops
+    the session first, saying what to do (:func:`docker_client_problem`,
+    :func:`docker_daemon_problem`).
     """
     docker_cli = os.environ.get("DOCKER", "docker")
     for problem in (docker_client_problem(docker_cli), docker_daemon_problem(docker_cli)):
@@ -314,6 +322,7 @@ def docker(session: nox.Session) -> None:
         "REVISION": (_git("rev-parse", "HEAD") or "")
         + ("-dirty" if _git("status", "--porcelain", "--untracked-files=no") else ""),
         "CREATED": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "SOURCE": public_url(_git("remote", "get-url", "origin") or ""),
     }
     build = [docker_cli, "build", "--tag", image]
     build += [f"--build-arg={k}={v}" for k, v in labels.items() if v]

@@ -386,3 +386,12 @@ def test_gated_reproduce_refuses_too_few_rounds(flag: str,
     assert cli_main(["reproduce", "--no-sass", flag, "--rounds", "3"]) == 2
     assert "need --rounds >= 5 (the gate's statistics take one sample per round), got 3" in (
         capsys.readouterr().err)
+
+
+@pytest.mark.parametrize("url,label", [
+    ("https://user:token@github.com/o/flashrepro.git", "https://github.com/o/flashrepro.git"),
+    ("https://github.com/o/flashrepro", "https://github.com/o/flashrepro"),
+    ("", ""),
+])
+def test_image_source_label_carries_no_credentials(url: str, label: str) -> None:
+    assert _noxfile().public_url(url) == label
