@@ -165,36 +165,49 @@ def test_default_on_sm90_is_the_tuned_table() -> None:
 def test_launch_arch(monkeypatch: pytest.MonkeyPatch, capability: tuple[int, int],
                      disable_mma_v3: str, expected: int) -> None:
     """The arch whose code Triton builds (Triton's getMMAVersionSafe: DISABLE_MMA_V3 turns
-    wgmma into mma.sync on sm_90 only; sm_100 keeps tcgen05), hence the default's arch."""
+    wgmma into mma.sync on sm_90 only; sm_100 keeps tcgen05), hence the default's arch; the
+    selection's rule (select.code_arch, no device query) agrees."""
     import torch
+
+    from flashrepro.select import code_arch
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: capability)
     monkeypatch.setenv("DISABLE_MMA_V3", disable_mma_v3)
     assert launch_arch(torch.device("cuda")) == expected
+    assert code_arch(10 * capability[0] + capability[1], disable_mma_v3 == "0") == expected
 
 
-@pytest.mark.parametrize(("arch", "dtype", "d", "causal", "offset", "expected"), [
-    (90, "float16", 128, True, 0, True),
-    (90, "bfloat16", 64, False, -5, True),     # no mask: the offset does not matter
-    (90, "float16", 128, True, -1, False),     # bottom-right with Lq > Lk: rows without keys
-    (90, "float16", 96, True, 0, False),       # D not 64 or 128
-    (90, "float32", 128, True, 0, False),
-    (80, "float16", 128, True, 0, False),      # mma.sync (e.g. sm_90 with DISABLE_MMA_V3)
-    (100, "float16", 128, True, 0, False),     # Blackwell: no Hopper wgmma
+@pytest.mark.parametrize(("arch", "mma_v3", "dtype", "d", "causal", "offset", "expected"), [
+    (90, True, "float16", 128, True, 0, True),
+    (90, True, "bfloat16", 64, False, -5, True),    # no mask: the offset does not matter
+    (90, True, "float16", 128, True, -1, False),    # bottom-right with Lq > Lk: rows without keys
+    (90, True, "float16", 96, True, 0, False),      # D not 64 or 128
+    (90, True, "float32", 128, True, 0, False),
+    (90, False, "float16", 128, True, 0, False),    # DISABLE_MMA_V3: mma.sync, no wgmma
+    (80, True, "float16", 128, True, 0, False),
+    (100, True, "float16", 128, True, 0, False),    # Blackwell: no Hopper wgmma
+    (None, True, "float16", 128, True, 0, False),   # the interpreter: Triton kernel
 ])
 def test_overlap_applies_only_where_the_gluon_kernel_does(
-        monkeypatch: pytest.MonkeyPatch, arch: int, dtype: str, d: int, causal: bool,
-        offset: int, expected: bool) -> None:
-    from types import SimpleNamespace
-
+        arch: int | None, mma_v3: bool, dtype: str, d: int, causal: bool, offset: int,
+        expected: bool) -> None:
+    """config fa3-overlap selects the Gluon kernel exactly where it applies (the rule of
+    flashrepro.select), and the Triton kernel at the config's own tiles elsewhere."""
     import torch
 
-    from flashrepro import launch
-    monkeypatch.setattr(launch, "launch_arch", lambda device: arch)
-    q = SimpleNamespace(device=torch.device("cuda"), dtype=getattr(torch, dtype))
-    assert launch._overlap_ok(q, d, causal, offset) is expected
-    q_cpu = SimpleNamespace(device=torch.device("cpu"), dtype=getattr(torch, dtype))
-    assert launch._overlap_ok(q_cpu, d, causal, offset) is False  # the interpreter: Triton kernel
+    from flashrepro.kernels.fwd import attn_fwd_kernel
+    from flashrepro.kernels.fwd_gluon import attn_fwd_gluon_kernel
+    from tests.selection import choose
+
+    lq = 256
+    q = torch.empty(1, 2, lq, d, dtype=getattr(torch, dtype), device="meta")
+    k, v = (torch.empty(1, 2, lq + offset, d, dtype=q.dtype, device="meta") for _ in range(2))
+    chosen = choose(q, k, v, arch=arch, mma_v3=mma_v3, config="fa3-overlap", causal=causal,
+                    causal_alignment="bottom_right")
+    want = attn_fwd_gluon_kernel if expected else attn_fwd_kernel
+    assert chosen.call.kernel is want
+    assert chosen.config == NAMED["fa3-overlap"]
+    assert chosen.call.kwargs["BLOCK_M"] == 64 and chosen.call.kwargs["num_warps"] == 4
 
 
 @pytest.mark.parametrize("head_dim", ["96", "8", "512"])
@@ -233,26 +246,25 @@ def test_a_table_gluon_entry_that_cannot_run_falls_back(
     """The table picks fa3-ws, but the Gluon kernels cannot run the call (here: the CPU
     interpreter; on sm_90 e.g. D=96): the default launch runs the Triton kernel at
     TRITON_FALLBACK's 64-row tiles, a config given explicitly keeps its own tiles, except a
-    192-row one (fa3-ws3), which only the ws kernel runs: TRITON_FALLBACK too; all right."""
+    192-row one (fa3-ws3), which only the ws kernel runs: TRITON_FALLBACK too; all right, and
+    the launch's plan holds the selected call."""
     import torch
 
-    from flashrepro import launch
+    from flashrepro import launch, select
+    from flashrepro.kernels.fwd import attn_fwd_kernel
     from tests.reference import check_parity, random_qkv
+    from tests.selection import choose
 
-    monkeypatch.setattr(launch, "default_config", lambda *args: FA3_WS)
-    grids = []
-
-    class Spy:
-        def __getitem__(self, grid):
-            grids.append(grid)
-            return real[grid]
-
-    real = launch.attn_fwd_kernel
-    monkeypatch.setattr(launch, "attn_fwd_kernel", Spy())
+    monkeypatch.setattr(select, "default_config", lambda *args: FA3_WS)
     b, h, lq, d = 1, 2, 200, 96
     q, k, v = random_qkv(b, h, lq, lq, d, torch.float16, torch.device("cpu"))
-    check_parity(q, k, v, causal=True, config=config)
-    assert grids == [(b * h * -(-lq // block_m),)]
+    o, _ = check_parity(q, k, v, causal=True, config=config)
+    chosen = choose(q, k, v, arch=None, config=config, causal=True, return_lse=True, out=o)
+    assert chosen.call.kernel is attn_fwd_kernel
+    assert chosen.call.grid == (b * h * -(-lq // block_m),)
+    assert chosen.call.kwargs["BLOCK_M"] == block_m
+    (plan,) = launch._PLANS.values()
+    assert plan.call == chosen.call
 
 
 def test_tune_keeps_the_incumbent_unless_beaten_by_the_margin() -> None:
@@ -271,25 +283,23 @@ def test_tune_keeps_the_incumbent_unless_beaten_by_the_margin() -> None:
             build_parser().parse_args(["tune", "--min-gain", bad])
 
 
-@pytest.mark.interpreter
 @pytest.mark.parametrize(("tile_grid", "programs"), [(False, 132), (True, None)])
-def test_tile_grid_launches_one_program_per_tile(monkeypatch: pytest.MonkeyPatch,
-                                                 tile_grid: bool, programs: int | None) -> None:
-    """The ws kernel's launch gets the persistent grid (the SM count; 132 off a GPU) unless the
-    config asks for one program per tile (num_programs None). Checked at the dispatch: the
-    Gluon path is forced on and the launch recorded, as the offline compile does."""
+def test_tile_grid_launches_one_program_per_tile(tile_grid: bool, programs: int | None) -> None:
+    """The ws kernel's launch gets the persistent grid (one program per SM, at most one per
+    tile) unless the config asks for one program per tile; two or three consumers by
+    config."""
     import dataclasses
 
     import torch
 
-    from flashrepro import api, launch
+    from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
+    from tests.selection import choose
 
-    launches = []
-    monkeypatch.setattr(launch, "_overlap_ok", lambda *args: True)
-    monkeypatch.setattr(launch, "_tma_ok", lambda *args: True)
-    monkeypatch.setattr(launch.fwd_gluon_ws, "launch", lambda *args, **kw: launches.append(kw))
-    q = torch.randn(1, 2, 300, 64, dtype=torch.float16)
+    q = torch.empty(3, 16, 1000, 64, dtype=torch.float16, device="meta")
     for config in (FA3_WS, NAMED["fa3-ws3"]):
-        api.attention(q, q, q, config=dataclasses.replace(config, tile_grid=tile_grid))
-        assert launches[-1]["num_programs"] == programs
-        assert launches[-1]["num_consumers"] == config.block_m // 64
+        chosen = choose(q, q, q, arch=90, config=dataclasses.replace(config, tile_grid=tile_grid),
+                        num_sms=132)
+        tiles = 3 * 16 * -(-1000 // config.block_m)
+        assert chosen.call.kernel is attn_fwd_gluon_ws_kernel
+        assert chosen.call.grid == ((tiles if programs is None else min(tiles, programs)),)
+        assert chosen.call.kwargs["NUM_CONSUMERS"] == config.block_m // 64

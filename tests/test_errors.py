@@ -337,6 +337,7 @@ def test_ws_launch_refuses_consumer_counts_it_has_no_registers_for(consumers: in
     q = torch.randn(1, 2, 64, d)
     with pytest.raises(ValueError, match=rf"num_consumers must be 2, or 3 with D = 64; got "
                                          rf"{consumers} with D = {d}"):
-        fwd_gluon_ws.launch(q, q, q, q, torch.empty(1, 2, 64), causal=False, qk_scale=1.0,
-                            causal_offset=0, heads_per_group=1, store_lse=False, block_n=128,
-                            num_stages=2, num_programs=None, num_consumers=consumers)
+        fwd_gluon_ws.kernel_call(q, q, q, q, torch.empty(1, 2, 64), causal=False,
+                                 qk_scale=1.0, causal_offset=0, heads_per_group=1,
+                                 store_lse=False, block_n=128, num_stages=2, num_programs=None,
+                                 num_consumers=consumers)

@@ -20,13 +20,15 @@ from flashrepro_harness.analysis import count_model as model
 from flashrepro_harness.analysis import golden, sass
 from flashrepro_harness.analysis.disasm import Resources, SassCounts, count_sass, loop_ranges
 from flashrepro_harness.analysis.offline_compile import (
+    TARGETS,
     VARIANTS,
     KernelSass,
     KernelSpec,
+    compile_spec,
+    kernel_call,
     kernel_sass,
     mma_layouts,
     operand_loads,
-    record_launch,
 )
 from flashrepro_harness.analysis.rows import published_counts, torch_rows
 from flashrepro_harness.analysis.torch_sass import (
@@ -314,9 +316,43 @@ def test_golden_diff_is_readable() -> None:
 
 
 @pytest.mark.skipif(not interpreter_mode(), reason="kernels are JIT functions on a GPU host")
-def test_interpreted_kernels_are_refused_in_process() -> None:
+def test_interpreted_kernels_are_refused_in_process(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="kernel_sass"):
-        record_launch(VARIANTS["article"], PROBLEM, ARTICLE)
+        compile_spec(KernelSpec("article", ARTICLE, "sm_80", PROBLEM), tmp_path)
+
+
+def test_every_compile_is_the_selected_launch() -> None:
+    """Each spec of the report compiles the call flashrepro.select chooses for the article
+    problem on its target, and that call runs the kernel its variant names (kernel_call raises
+    otherwise): what the golden file pins is what a launch on that GPU runs."""
+    from flashrepro import select as sel
+    from flashrepro_harness.analysis.offline_compile import _resolve
+
+    specs = [*sass.specs_for(list(TARGETS), PROBLEM),
+             KernelSpec("fwd_gluon", NAMED["fa3-overlap"], "sm_90", PROBLEM)]
+    assert {s.variant for s in specs} == set(VARIANTS)
+    for spec in specs:
+        call = kernel_call(spec)
+        assert call.kernel is _resolve(VARIANTS[spec.variant].kernel), spec
+        if spec.variant == "article":
+            continue
+        target = TARGETS[spec.target]
+        if spec.variant == "fwd":
+            assert (call.kwargs["BLOCK_M"], call.kwargs["USE_TMA"]) == (
+                spec.config.block_m, spec.config.tma and target.arch >= 90), spec
+        assert sel.code_arch(target.arch, target.mma_v3) == target.config_arch, spec
+
+
+def test_a_spec_that_select_would_not_run_is_refused() -> None:
+    """The ws kernel on sm_80, or the Triton kernel where sm_90 selects the ws kernel: the
+    compile would count a kernel no launch there runs."""
+    from flashrepro.configs import FA3_WS
+
+    with pytest.raises(RuntimeError, match=r"^select\(\) chose attn_fwd_kernel .* on sm_80, "
+                                           r"not flashrepro.kernels.fwd_gluon_ws:"):
+        kernel_call(KernelSpec("fwd_gluon_ws", FA3_WS, "sm_80", PROBLEM))
+    with pytest.raises(RuntimeError, match=r"^select\(\) chose attn_fwd_gluon_ws_kernel"):
+        kernel_call(KernelSpec("fwd", FA3_WS, "sm_90", PROBLEM))
 
 
 def test_bad_arguments_are_named() -> None:

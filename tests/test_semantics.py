@@ -208,10 +208,10 @@ def test_strides(kind: str, causal: bool, size: str, dtype: torch.dtype,
 def test_int32_offset_guard(monkeypatch: pytest.MonkeyPatch, device: torch.device) -> None:
     """Inputs (and out) whose stride x block would overflow the kernel's int32 offsets are run
     through contiguous copies; here the limit is lowered so that small tensors take that path."""
-    monkeypatch.setattr(flashrepro.launch, "INT32_LIMIT", 2**10)
+    monkeypatch.setattr(flashrepro.select, "INT32_LIMIT", 2**10)
     q, k, v = random_qkv(1, 2, 21, 34, 48, torch.float16, device, generator=_generator("i32"))
     q, k, v, out = _layouts(q, k, v, "d-outermost")
-    assert not flashrepro.launch._fits_int32(q, (3, 64))
+    assert not flashrepro.select.fits_int32(q, (3, 64))
     check_parity(q, k, v, causal=True, config=SMALL_CONFIG, out=out)
 
 

@@ -1,21 +1,24 @@
 """What the default launch does with every entry of the tuned table (flashrepro/tuned.json):
-which kernel it runs for inputs in the entry's bucket, and that the table's fields (tile_grid
-included) survive ``tune --against-table --write``."""
+which kernel :func:`flashrepro.select.select` chooses for inputs in the entry's bucket, and
+that the table's fields (tile_grid included) survive ``tune --against-table --write``."""
 
 from __future__ import annotations
 
 import itertools
 import json
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from flashrepro import api, configs, launch
+from flashrepro import configs
 from flashrepro.configs import FA3_WS, TRITON_FALLBACK, KernelConfig, _tuned_table
+from flashrepro.kernels.fwd import attn_fwd_kernel
+from flashrepro.kernels.fwd_gluon import attn_fwd_gluon_kernel
+from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
 from flashrepro_harness.cli import build_parser
 from flashrepro_harness.commands import tune as tune_cmd
 from tests.reference import check_parity, random_qkv
+from tests.selection import choose
 
 ALIGNMENTS = [("top_left", 1, 1), ("bottom_right", 1, 1), ("bottom_right", 2, 1),
               ("bottom_right", 1, 2), ("top_left", 1, 2)]  # (alignment, Lq/Lk as num/den)
@@ -23,15 +26,15 @@ LAYOUTS = ["contiguous", "bhld-transposed", "misaligned", "head-dim-stride-2"]
 
 
 def _tensor(b: int, h: int, length: int, d: int, layout: str) -> torch.Tensor:
-    """An fp16 (B, H, L, D) CPU tensor in one of :data:`LAYOUTS` (uninitialised: nothing runs)."""
+    """An fp16 (B, H, L, D) meta tensor in one of :data:`LAYOUTS` (its address: the offset)."""
     if layout == "contiguous":
-        return torch.empty(b, h, length, d, dtype=torch.float16)
+        return torch.empty(b, h, length, d, dtype=torch.float16, device="meta")
     if layout == "bhld-transposed":  # (B, L, H, D) storage: TMA can address it
-        return torch.empty(b, length, h, d, dtype=torch.float16).transpose(1, 2)
+        return torch.empty(b, length, h, d, dtype=torch.float16, device="meta").transpose(1, 2)
     if layout == "misaligned":  # base 2 bytes past a 16-byte boundary: TMA cannot
-        flat = torch.empty(b * h * length * d + 1, dtype=torch.float16)
+        flat = torch.empty(b * h * length * d + 1, dtype=torch.float16, device="meta")
         return flat[1:].view(b, h, length, d)
-    return torch.empty(b, h, length, 2 * d, dtype=torch.float16)[..., ::2]  # last stride 2
+    return torch.empty(b, h, length, 2 * d, dtype=torch.float16, device="meta")[..., ::2]
 
 
 def _tma_addressable(t: torch.Tensor) -> bool:
@@ -39,37 +42,20 @@ def _tma_addressable(t: torch.Tensor) -> bool:
             and all(s and s * t.element_size() % 16 == 0 for s in t.stride()[:-1]))
 
 
-@pytest.mark.interpreter
 @pytest.mark.parametrize("key", sorted(_tuned_table()))
-def test_default_launch_on_sm90_runs_a_kernel_that_can(monkeypatch: pytest.MonkeyPatch,
-                                                       key: str) -> None:
+def test_default_launch_on_sm90_runs_a_kernel_that_can(key: str) -> None:
     """For each sm_90 entry and inputs in its bucket: D padded to the entry's (and below it),
     top-left and bottom-right masks with Lq = Lk, Lq > Lk and Lq < Lk, GQA, TMA-addressable or
-    not, the default launch as on an H200 (dispatch forced to sm_90's, launches recorded):
-    the ws kernel gets exactly the calls it can run (D 64/128, three consumers at D = 64 only,
-    every query row sees a key, TMA-addressable tensors) with the entry's grid rule (one
-    program per tile with tile_grid, else one per SM), and everything else runs the Triton
-    kernel at TRITON_FALLBACK's tiles (a Gluon entry) or the entry's own (a Triton entry)."""
+    not, the selection on sm_90 (wgmma on, 132 SMs): the ws kernel gets exactly the calls it
+    can run (D 64/128, three consumers at D = 64 only, every query row sees a key,
+    TMA-addressable tensors) with the entry's grid rule (one program per tile with tile_grid,
+    else one per SM), and everything else runs the Triton kernel at TRITON_FALLBACK's tiles
+    (a Gluon entry) or the entry's own (a Triton entry)."""
     cfg = _tuned_table()[key]
     arch, dk, mask, bucket = key.split("-")
     if arch != "sm90":
         pytest.skip("the Gluon kernels run on sm_90 only")
     padded, causal, length = int(dk[1:]), mask == "causal", int(bucket[1:])
-    check = launch._overlap_ok
-    monkeypatch.setattr(launch, "launch_arch", lambda device=None: 90)
-    monkeypatch.setattr(launch, "_overlap_ok", lambda q, d, c, off: check(
-        SimpleNamespace(device=torch.device("cuda"), dtype=q.dtype), d, c, off))
-    launches: list[tuple[str, dict]] = []
-    monkeypatch.setattr(launch.fwd_gluon_ws, "launch",
-                        lambda *args, **kw: launches.append(("ws", {"args": args, **kw})))
-    monkeypatch.setattr(launch.fwd_gluon, "launch",
-                        lambda *args, **kw: launches.append(("gluon", kw)))
-
-    class Spy:
-        def __getitem__(self, grid):
-            return lambda *args, **kw: launches.append(("triton", kw))
-
-    monkeypatch.setattr(launch, "attn_fwd_kernel", Spy())
     head_dims = sorted({padded, padded - 8, padded // 2 + 1})  # all pad to `padded`
     for d, (alignment, num, den), (h, h_kv), layout in itertools.product(
             head_dims, ALIGNMENTS, [(2, 2), (4, 1)], LAYOUTS):
@@ -77,25 +63,27 @@ def test_default_launch_on_sm90_runs_a_kernel_that_can(monkeypatch: pytest.Monke
         lk = lq * den // num
         q = _tensor(1, h, lq, d, layout)
         k, v = (_tensor(1, h_kv, lk, d, layout) for _ in range(2))
-        launches.clear()
-        api.attention(q, k, v, causal=causal, causal_alignment=alignment,
-                      enable_gqa=h != h_kv)
+        chosen = choose(q, k, v, arch=90, causal=causal, causal_alignment=alignment,
+                        num_sms=132)
+        call, kw = chosen.call, chosen.call.kwargs
         case = (d, alignment, lq, lk, h, h_kv, layout)
-        assert len(launches) == 1, case
-        kernel, kw = launches[0]
-        assert kernel != "gluon", case  # no table entry picks fa3-overlap
+        assert call.kernel is not attn_fwd_gluon_kernel, case  # no entry picks fa3-overlap
         offset = lk - lq if alignment == "bottom_right" else 0
         runnable = (cfg.warp_specialize and d in (64, 128) and (not causal or offset >= 0)
                     and (d == 64 or not cfg.three_consumers)
                     and all(_tma_addressable(t) for t in (q, k, v)))
-        assert (kernel == "ws") == runnable, case
-        if kernel == "ws":
-            assert all(_tma_addressable(t) for t in kw["args"][:4]), case
-            assert kw["num_programs"] == (None if cfg.tile_grid else 132), case
-            assert (kw["num_consumers"], kw["block_n"], kw["num_stages"]) == (
-                cfg.num_warps // 4, cfg.block_n, cfg.num_stages), case
+        assert (call.kernel is attn_fwd_gluon_ws_kernel) == runnable, case
+        if runnable:
+            assert chosen.config == cfg, case
+            assert all(desc.strides[-1] == 1 and all(s * 2 % 16 == 0 for s in desc.strides[:-1])
+                       for desc in call.args[:4]), case
+            tiles = h * -(-lq // cfg.block_m)
+            assert call.grid == ((tiles if cfg.tile_grid else min(tiles, 132)),), case
+            assert (kw["NUM_CONSUMERS"], kw["BLOCK_N"], kw["NUM_STAGES"], kw["HEAD_DIM"]) == (
+                cfg.num_warps // 4, cfg.block_n, cfg.num_stages, d), case
         else:
             want = TRITON_FALLBACK if cfg.overlap else cfg
+            assert call.kernel is attn_fwd_kernel and chosen.config == want, case
             assert (kw["BLOCK_M"], kw["BLOCK_N"], kw["num_warps"], kw["num_stages"]) == (
                 want.block_m, want.block_n, want.num_warps, want.num_stages), case
 

@@ -12,15 +12,12 @@ per call signature); under ``torch.compile`` and ``torch.export`` the call goes 
 
 from __future__ import annotations
 
-import math
-
 import torch
-import triton
 
 from flashrepro import ops
 from flashrepro.configs import ARTICLE, KernelConfig
-from flashrepro.kernels.article import article_fwd_kernel
 from flashrepro.launch import _on_device, check_config, forward
+from flashrepro.select import article_call
 from flashrepro.validation import (
     MAX_GRID_Y,
     CausalAlignment,
@@ -243,7 +240,7 @@ def article_attention(
     """
     validate(q, k, v, causal=causal, scale=scale, enable_gqa=False,
              causal_alignment="top_left")
-    b, h, lq, d = q.shape
+    b, h, _, d = q.shape
     if d < 16 or d & (d - 1):
         raise ValueError(f"the article kernel needs a power-of-two head dim >= 16, got D={d}")
     if b * h > MAX_GRID_Y:
@@ -257,14 +254,6 @@ def article_attention(
     o = check_out(out, q, q=q, k=k, v=v)
     if o.numel() == 0:
         return o
-    sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    grid = (triton.cdiv(lq, config.block_m), b * h)
     with _on_device(q.device):
-        article_fwd_kernel[grid](
-            q, k, v, o, sm_scale,
-            *q.stride(), *k.stride(), *v.stride(), *o.stride(),
-            h, lq, k.shape[2],
-            HEAD_DIM=d, BLOCK_M=config.block_m, BLOCK_N=config.block_n, CAUSAL=causal,
-            num_warps=config.num_warps, num_stages=config.num_stages,
-        )
+        article_call(q, k, v, o, causal=causal, scale=scale, config=config).run()
     return o

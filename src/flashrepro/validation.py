@@ -34,15 +34,9 @@ def interpreter_mode() -> bool:
     """True when Triton's CPU interpreter is on (``TRITON_INTERPRET=1``).
 
     The kernels run on the CPU only if it was set before :mod:`flashrepro` was imported
-    (Triton picks the interpreter when a kernel is defined); the SASS tool sets it around a
-    recorded launch of JIT kernels (:mod:`flashrepro_harness.analysis.offline_compile`), with
-    :data:`RECORD_LAUNCH_ENV` set.
+    (Triton picks the interpreter when a kernel is defined).
     """
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
-RECORD_LAUNCH_ENV = "FLASHREPRO_RECORD_LAUNCH"
-"""Set to 1 by the SASS tool while it records a launch of JIT kernels on CPU tensors."""
 
 
 def _dtype_names() -> str:
@@ -117,8 +111,7 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
         raise ValueError("q, k and v are CPU tensors, but the kernels run on CUDA devices; for "
                          "Triton's CPU interpreter set TRITON_INTERPRET=1 before importing "
                          "flashrepro")
-    if (q.device.type == "cpu" and isinstance(attn_fwd_kernel, JITFunction)
-            and os.environ.get(RECORD_LAUNCH_ENV) != "1"):
+    if q.device.type == "cpu" and isinstance(attn_fwd_kernel, JITFunction):
         raise ValueError("q, k and v are CPU tensors and TRITON_INTERPRET=1 is set, but it was "
                          "set after flashrepro was imported: the kernels were defined for a GPU "
                          "(Triton would fail with '0 active drivers'); set TRITON_INTERPRET=1 "

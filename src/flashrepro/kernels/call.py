@@ -1,9 +1,12 @@
-"""One kernel launch as data, so that a caller can repeat it on new tensors without Triton's
-argument binding (:mod:`flashrepro.launch` keeps one per call signature).
+"""One kernel launch as data: :func:`flashrepro.select.select` builds it, :mod:`flashrepro.launch`
+runs it and repeats it on new tensors without Triton's argument binding (one per call
+signature), and the offline SASS compile compiles it.
 
-Every forward kernel here takes the same five leading arguments: Q, K, V, O and LSE, each a
-tensor or a TMA descriptor over one. Everything after them (strides, sizes, scale, constexprs)
-depends only on the call's shapes, strides, dtype and flags.
+The forward kernels :func:`~flashrepro.select.select` chooses take the same five leading
+arguments: Q, K, V, O and LSE, each a tensor or a TMA descriptor over one. Everything after
+them (strides, sizes, scale, constexprs) depends only on the call's shapes, strides, dtype and
+flags. (The article kernel's call, :func:`~flashrepro.select.article_call`, has the scale fifth
+and is never rebound.)
 """
 
 from __future__ import annotations
@@ -24,8 +27,7 @@ class KernelCall:
     """``kernel[grid](*args, **kwargs)``, recorded.
 
     Attributes:
-        kernel: the ``@triton.jit`` / ``@gluon.jit`` function (or, under a test's monkeypatch,
-            anything indexable by a grid).
+        kernel: the ``@triton.jit`` / ``@gluon.jit`` function.
         grid: the launch grid, 1 to 3 ints.
         args: positional arguments; ``args[:5]`` are Q, K, V, O, LSE (tensors, or TMA
             descriptors whose ``base`` is one).
@@ -51,7 +53,7 @@ class KernelCall:
     def ordered_values(self) -> list[Any] | None:
         """Every parameter of the kernel in signature order, constexprs included (what
         ``CompiledKernel.run`` takes after its launch arguments); None when ``kernel`` is no
-        JITFunction (a test's spy) or an argument is missing."""
+        JITFunction or an argument is missing."""
         if not isinstance(self.kernel, JITFunction):
             return None
         values = list(self.args)

@@ -11,14 +11,13 @@ group only (S_j), runs the softmax of S_j while P_{j-1}·V_{j-1} is still on the
 then waits for it and rescales O by this step's alpha. K and V arrive by TMA into NUM_STAGES
 shared-memory slots, each with its own mbarrier, so Q·K_jᵀ can start before V_j has landed.
 
-Scope (the launcher, :func:`flashrepro.api.attention`, sends only these here): sm_90, fp16 or
-bf16, HEAD_DIM 64 or 128, inputs that TMA can address, and ``causal_offset >= 0`` (every query
-row sees key 0, so no row's running max stays -inf).
+Scope (:func:`flashrepro.select.select` sends only these here): sm_90, fp16 or bf16, HEAD_DIM
+64 or 128, inputs that TMA can address, and ``causal_offset >= 0`` (every query row sees key 0,
+so no row's running max stays -inf).
 """
 
 import torch
 import triton
-from triton.compiler import CompiledKernel
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -280,17 +279,20 @@ def tma_descriptor(t: torch.Tensor, rows: int) -> TensorDescriptor:
     return TensorDescriptor(t, list(t.shape), list(t.stride()), block, layout)
 
 
-def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-           lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
-           heads_per_group: int, store_lse: bool, block_m: int, block_n: int, num_stages: int,
-           num_warps: int) -> tuple[KernelCall, CompiledKernel | None]:
-    """Launch :func:`attn_fwd_gluon_kernel`; returns the call and Triton's compiled kernel.
+def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
+                heads_per_group: int, store_lse: bool, block_m: int, block_n: int,
+                num_stages: int, num_warps: int) -> KernelCall:
+    """The launch of :func:`attn_fwd_gluon_kernel` on these tensors, as data (nothing runs).
+
+    Reads only shapes, strides, dtype and addresses, so meta tensors do
+    (:func:`flashrepro.select.select` calls it).
 
     Args:
         q, o: (B, H, Lq, D) fp16/bf16; k, v: (B, H_kv, Lk, D), H a multiple of H_kv; all four
-            TMA-addressable (checked by the caller, :func:`flashrepro.api.attention`), D 64 or
-            128. o is written.
-        lse: (B, H, Lq) fp32, written (natural log) when ``store_lse``.
+            TMA-addressable (checked by the caller), D 64 or 128. o is written.
+        lse: (B, H, Lq) fp32 (or a view with those strides), written (natural log) when
+            ``store_lse``.
         qk_scale: sm_scale·log2(e). causal_offset: key j is visible to row i iff
             j <= i + causal_offset (>= 0 here). heads_per_group: see the program order in
             :mod:`flashrepro.kernels.fwd`.
@@ -299,11 +301,10 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     b, h, lq, d = q.shape
     lk = k.shape[2]
     grid = (b * h * triton.cdiv(lq, block_m),)
-    call = KernelCall(attn_fwd_gluon_kernel, grid, (
+    return KernelCall(attn_fwd_gluon_kernel, grid, (
         tma_descriptor(q, block_m), tma_descriptor(k, block_n), tma_descriptor(v, block_n),
         tma_descriptor(o, block_m), lse,
         lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
     ), dict(HEAD_DIM=d, BLOCK_M=block_m, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
             STORE_LSE=store_lse, num_warps=num_warps))
-    return call, call.run()

@@ -37,15 +37,14 @@ rows see, then hands the later slots and turns on. Each consumer keeps the intra
 overlap of :mod:`flashrepro.kernels.fwd_gluon`: the softmax of S_j runs while
 P_{j-1}·V_{j-1} is on the tensor cores.
 
-Scope as :mod:`flashrepro.kernels.fwd_gluon` (the launcher checks it). Measured on the H200:
-lab/2026-11-29-warp-specialization/ to lab/2026-11-29-conditional-rescaling/. The synchronization
-is checked on the CPU by running this file's producer and consumer against a model of warps and
-barriers (tests/test_ws_protocol.py).
+Scope as :mod:`flashrepro.kernels.fwd_gluon` (:func:`flashrepro.select.select` checks it). Measured
+on the H200: lab/2026-11-29-warp-specialization/ to lab/2026-11-29-conditional-rescaling/. The
+synchronization is checked on the CPU by running this file's producer and consumer against a model
+of warps and barriers (tests/test_ws_protocol.py).
 """
 
 import torch
 import triton
-from triton.compiler import CompiledKernel
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
@@ -444,19 +443,18 @@ def attn_fwd_gluon_ws_kernel(
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
 
-def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-           lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
-           heads_per_group: int, store_lse: bool, block_n: int, num_stages: int,
-           num_programs: int | None,
-           num_consumers: int = 2) -> tuple[KernelCall, CompiledKernel | None]:
-    """Launch :func:`attn_fwd_gluon_ws_kernel` (tiles of 64·num_consumers rows, 4 warps per
-    consumer and one producer warp); returns the call and Triton's compiled kernel.
+def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
+                heads_per_group: int, store_lse: bool, block_n: int, num_stages: int,
+                num_programs: int | None, num_consumers: int = 2) -> KernelCall:
+    """The launch of :func:`attn_fwd_gluon_ws_kernel` on these tensors, as data (nothing
+    runs): tiles of 64·num_consumers rows, 4 warps per consumer and one producer warp.
 
     Args:
         q, k, v, o, lse, causal, qk_scale, causal_offset, heads_per_group, store_lse: as
-            :func:`flashrepro.kernels.fwd_gluon.launch`.
+            :func:`flashrepro.kernels.fwd_gluon.kernel_call`.
         block_n, num_stages: the K/V tile and slot count (``KernelConfig`` fields).
-        num_programs: the persistent grid, at most one program per tile (the launcher passes
+        num_programs: the persistent grid, at most one program per tile (the caller passes
             the SM count: the kernel's registers allow one program per SM); None: one per tile.
         num_consumers: consumer warpgroups, 2 (128-row tiles, ``KernelConfig`` BLOCK_M 128
             with 8 warps) or 3 (FA3's 192-row tile for D = 64, 160 registers per consumer:
@@ -473,7 +471,7 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     lk = k.shape[2]
     tiles = b * h * triton.cdiv(lq, CONSUMER_ROWS.value * num_consumers)
     grid = (tiles if num_programs is None else min(tiles, num_programs),)
-    call = KernelCall(attn_fwd_gluon_ws_kernel, grid, (
+    return KernelCall(attn_fwd_gluon_ws_kernel, grid, (
         tma_descriptor(q, CONSUMER_ROWS.value), tma_descriptor(k, block_n),
         tma_descriptor(v, block_n), tma_descriptor(o, CONSUMER_ROWS.value),
         lse, lse.stride(0), lse.stride(1),
@@ -481,4 +479,3 @@ def launch(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     ), dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
             STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
             num_warps=4, maxnreg=maxnreg))
-    return call, call.run()

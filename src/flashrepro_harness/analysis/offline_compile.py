@@ -2,29 +2,29 @@
 
 Used by :mod:`flashrepro_harness.analysis.sass` (the ``sass`` subcommand and :func:`sass_report`).
 
-How a compile gets the specialization of a real launch: the variant's public entry point
-(:func:`flashrepro.attention`, :func:`flashrepro.article_attention`) is called on CPU tensors of
-the problem's shape with the JIT kernel's ``run`` replaced by a recorder, so the recorded
-arguments are exactly those a launch passes (pointers, strides, sizes, constexprs, num_warps,
-num_stages) — no per-kernel argument list to keep in sync when the kernel's signature changes.
-Then Triton's own launch path, ``JITFunction.run(..., warmup=True)``, compiles them under an
-offline driver that reports the target arch (:class:`_OfflineDriver`): Triton's binder applies
-its usual specialization (16-byte pointer alignment and integers divisible by 16 as
-``tt.divisibility = 16``, integers equal to 1 — the unit strides of the last dim — as
-constexprs), exactly as on a GPU. The cubin is disassembled with Triton's cuobjdump
-(:mod:`flashrepro_harness.analysis.disasm`).
+What is compiled is the launch the library chooses: :func:`flashrepro.select.select` (for the
+article's kernel :func:`flashrepro.select.article_call`) is called on meta tensors of the
+problem's shape (contiguous, so 16-byte aligned, as a fresh GPU allocation) with the target's
+arch and its ``DISABLE_MMA_V3`` setting, and its
+:class:`~flashrepro.kernels.call.KernelCall` (kernel, arguments, constexprs, num_warps,
+num_stages) is compiled; a spec whose variant names another kernel than the one selected is an
+error. Triton's own launch path, ``JITFunction.warmup``, compiles it under an offline driver
+that reports the target arch (:class:`_OfflineDriver`): Triton's binder applies its usual
+specialization (16-byte pointer alignment and integers divisible by 16 as
+``tt.divisibility = 16``, integers equal to 1 as constexprs), exactly as on a GPU. The cubin is
+disassembled with Triton's cuobjdump (:mod:`flashrepro_harness.analysis.disasm`).
+
+The GPU facts that are no arch: every target takes
+:data:`~flashrepro.select.STAND_IN_NUM_SMS` SMs and :data:`~flashrepro.select.STAND_IN_L2_BYTES`
+of L2. Only the head grouping reads L2, and at the article problem any L2 of 32 MiB or more
+gives the same group (all 32 heads; a smaller L2, as sm_86's, would change that integer
+argument's specialization); the SM count sets only the ws kernel's grid, which no compile reads.
 
 Compiles run in a worker process (:func:`kernel_sass`): under ``TRITON_INTERPRET=1`` (the CPU
 test suite) ``@triton.jit`` kernels are interpreter objects that cannot be compiled, and
 ``DISABLE_MMA_V3`` (the mma.sync path on sm_90) is read from the environment by Triton's C++
 passes at compile time. Triton's on-disk cache (``~/.triton/cache``, its key includes
 ``DISABLE_MMA_V3``) makes repeated runs fast.
-
-Caveat: the arguments are recorded from the entry point's CPU path. Where that differs from its
-GPU path the recorded launch is the CPU path's. Today: :func:`flashrepro.api.attention` checks
-the device's arch before using TMA only on a GPU, so :mod:`flashrepro_harness.analysis.sass` drops
-``tma`` from configs below sm_90 itself, and it guesses L2 as 50 MiB for its head grouping,
-which gives the GPU's value for the article problem (all 32 heads in one group).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from typing import Any
 import torch
 
 from flashrepro.configs import KernelConfig
-from flashrepro.validation import RECORD_LAUNCH_ENV
+from flashrepro.kernels.call import KernelCall
+from flashrepro.select import STAND_IN_L2_BYTES, STAND_IN_NUM_SMS, article_call, select
 from flashrepro_harness.analysis.disasm import Resources, SassCounts, disassemble_cubin
 from flashrepro_harness.problem import Problem
 from flashrepro_harness.progress import bar as progress_bar
@@ -87,54 +88,32 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
 
 @dataclass(frozen=True)
 class Variant:
-    """A kernel to count: its ``@triton.jit`` function and the public entry point that launches it.
+    """A kernel to count.
 
     Attributes:
         name: table/JSON key.
-        kernel: ``module:attribute`` of the JIT function.
-        entry: ``module:attribute`` of the function that launches it with SDPA-style
-            ``(q, k, v, *, causal, config)``.
+        kernel: ``module:attribute`` of the JIT function; a spec of this variant compiles the
+            launch :func:`flashrepro.select.select` chooses (``article``:
+            :func:`flashrepro.select.article_call`), which must run this function.
         description: one line for the table.
     """
 
     name: str
     kernel: str
-    entry: str
     description: str
 
 
 VARIANTS: dict[str, Variant] = {v.name: v for v in (
     Variant("article", "flashrepro.kernels.article:article_fwd_kernel",
-            "flashrepro.api:article_attention",
             "the article's Triton kernel, frozen (kernels/article.py)"),
-    Variant("fwd", "flashrepro.kernels.fwd:attn_fwd_kernel", "flashrepro.api:attention",
+    Variant("fwd", "flashrepro.kernels.fwd:attn_fwd_kernel",
             "the production kernel (kernels/fwd.py)"),
     Variant("fwd_gluon", "flashrepro.kernels.fwd_gluon:attn_fwd_gluon_kernel",
-            "flashrepro_harness.analysis.offline_compile:gluon_entry",
             "the Gluon kernel with FA3's overlap (kernels/fwd_gluon.py), sm_90 only"),
     Variant("fwd_gluon_ws", "flashrepro.kernels.fwd_gluon_ws:attn_fwd_gluon_ws_kernel",
-            "flashrepro_harness.analysis.offline_compile:gluon_entry",
             "the warp-specialized, persistent Gluon kernel (kernels/fwd_gluon_ws.py), sm_90 "
             "only"),
 )}
-
-
-def gluon_entry(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                config: KernelConfig) -> torch.Tensor:
-    """:func:`flashrepro.api.attention` as it launches on an sm_90 GPU, for
-    :func:`record_launch`: its CPU path would run the Triton kernel, so the check that sends a
-    launch to the Gluon kernels (``launch._overlap_ok``) is forced true while it records; the
-    config picks which Gluon kernel (``warp_specialize``)."""
-    from flashrepro import api, launch
-
-    check = launch._overlap_ok
-    launch._overlap_ok = lambda *args: True
-    launch.clear_plans()  # a plan recorded without the forced check would bypass it
-    try:
-        return api.attention(q, k, v, causal=causal, config=config)
-    finally:
-        launch._overlap_ok = check
-        launch.clear_plans()
 
 
 @dataclass(frozen=True)
@@ -234,7 +213,7 @@ def mma_layouts(ttgir: str) -> list[dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------
-# In the worker process: record a launch, compile it for a target, count.
+# In the worker process: select a launch, compile it for a target, count.
 # --------------------------------------------------------------------------------------------
 
 def _resolve(path: str) -> Any:
@@ -242,56 +221,32 @@ def _resolve(path: str) -> Any:
     return getattr(importlib.import_module(module), attr)
 
 
-def record_launch(variant: Variant, problem: Problem,
-                  config: KernelConfig) -> tuple[Any, tuple[Any, ...], dict[str, Any], Any]:
-    """Call the variant's entry point on CPU tensors and record its kernel launch.
-
-    The tensors are uninitialised (``torch.empty``): only their shapes, strides, dtype and
-    16-byte alignment reach the specialization.
-
-    Returns:
-        (jit_function, args, kwargs, grid) as passed to ``kernel[grid](*args, **kwargs)``.
+def kernel_call(spec: KernelSpec) -> KernelCall:
+    """The launch ``spec`` compiles: what the library selects for the problem's inputs (meta
+    tensors, contiguous) at ``spec.config`` on ``spec.target`` (see the module docstring).
 
     Raises:
-        RuntimeError: the kernel is a Triton interpreter object (``TRITON_INTERPRET=1`` was set
-            when it was defined; use :func:`kernel_sass`), or the entry point did not launch it
-            exactly once.
+        RuntimeError: the selected kernel is not the variant's.
     """
-    from triton.runtime.jit import JITFunction
-
-    kernel = _resolve(variant.kernel)
-    if not isinstance(kernel, JITFunction):
-        raise RuntimeError(f"{variant.kernel} is a {type(kernel).__name__}, not a JITFunction: "
-                           "TRITON_INTERPRET was set when it was defined; compile through "
-                           "flashrepro_harness.analysis.offline_compile.kernel_sass "
-                           "(a clean process)")
-    calls: list[tuple[tuple[Any, ...], dict[str, Any], Any]] = []
-
-    def record(*args: Any, grid: Any, warmup: bool, **kwargs: Any) -> None:
-        calls.append((args, kwargs, grid))
-
+    variant, problem, target = VARIANTS[spec.variant], spec.problem, TARGETS[spec.target]
     dtype = problem.torch_dtype
-    q = torch.empty(problem.batch, problem.heads, problem.seqlen_q, problem.head_dim, dtype=dtype)
-    k, v = (torch.empty(problem.batch, problem.heads, problem.seqlen_k, problem.head_dim,
-                        dtype=dtype) for _ in range(2))
-    previous = os.environ.get("TRITON_INTERPRET")
-    kernel.run = record  # the instance attribute shadows JITFunction.run: nothing launches
-    os.environ["TRITON_INTERPRET"] = "1"  # the entry points accept CPU tensors only then
-    os.environ[RECORD_LAUNCH_ENV] = "1"  # ... and JIT kernels with them (nothing launches)
-    try:
-        _resolve(variant.entry)(q, k, v, causal=problem.causal, config=config)
-    finally:
-        del kernel.run
-        del os.environ[RECORD_LAUNCH_ENV]
-        if previous is None:
-            del os.environ["TRITON_INTERPRET"]
-        else:
-            os.environ["TRITON_INTERPRET"] = previous
-    if len(calls) != 1:
-        raise RuntimeError(f"{variant.entry} launched {variant.kernel} {len(calls)} times, "
-                           "expected once")
-    args, kwargs, grid = calls[0]
-    return kernel, args, kwargs, grid
+    b, h, lq, lk, d = (problem.batch, problem.heads, problem.seqlen_q, problem.seqlen_k,
+                       problem.head_dim)
+    q, o = (torch.empty(b, h, lq, d, dtype=dtype, device="meta") for _ in range(2))
+    k, v = (torch.empty(b, h, lk, d, dtype=dtype, device="meta") for _ in range(2))
+    if variant.name == "article":
+        call = article_call(q, k, v, o, causal=problem.causal, scale=None, config=spec.config)
+    else:
+        lse = torch.empty(b, h, lq, dtype=torch.float32, device="meta")
+        chosen = select(q, k, v, o, lse, causal=problem.causal, scale=None,
+                        causal_alignment="top_left", return_lse=False, config=spec.config,
+                        arch=target.arch, mma_v3=target.mma_v3, num_sms=STAND_IN_NUM_SMS,
+                        l2_bytes=STAND_IN_L2_BYTES)
+        call = chosen.bind(chosen.operands(q, k, v, o, lse))
+    if call.kernel is not _resolve(variant.kernel):
+        raise RuntimeError(f"select() chose {call.kernel.__name__} for {problem.key()} at "
+                           f"{spec.config.label()} on {spec.target}, not {variant.kernel}")
+    return call
 
 
 class _OfflineDriver:
@@ -323,19 +278,27 @@ def compile_spec(spec: KernelSpec, workdir: Path) -> KernelSass:
     active driver; run it only in a process of its own (:func:`kernel_sass` does).
 
     Raises:
-        RuntimeError: see :func:`record_launch` and
-        :func:`flashrepro_harness.analysis.disasm.cuobjdump`.
+        RuntimeError: see :func:`kernel_call` and
+            :func:`flashrepro_harness.analysis.disasm.cuobjdump`; the kernel is a Triton
+            interpreter object (``TRITON_INTERPRET=1`` was set when it was defined; use
+            :func:`kernel_sass`).
     """
     from triton.runtime.driver import driver
+    from triton.runtime.jit import JITFunction
 
     target = TARGETS[spec.target]
-    kernel, args, kwargs, grid = record_launch(VARIANTS[spec.variant], spec.problem, spec.config)
+    call = kernel_call(spec)
+    if not isinstance(call.kernel, JITFunction):
+        raise RuntimeError(f"{call.kernel.__name__} is a {type(call.kernel).__name__}, not a "
+                           "JITFunction: TRITON_INTERPRET was set when it was defined; compile "
+                           "through flashrepro_harness.analysis.offline_compile.kernel_sass "
+                           "(a clean process)")
     if target.mma_v3:
         os.environ.pop("DISABLE_MMA_V3", None)
     else:
         os.environ["DISABLE_MMA_V3"] = "1"
     driver.set_active(_OfflineDriver(target))
-    compiled = kernel.warmup(*args, grid=grid, **kwargs)
+    compiled = call.kernel.warmup(*call.args, grid=call.grid, **call.kwargs)
     counts, resources = disassemble_cubin(compiled.asm["cubin"], workdir)
     ttgir = compiled.asm["ttgir"]
     return KernelSass(spec, counts, resources, int(compiled.metadata.shared),

@@ -1,0 +1,167 @@
+"""flashrepro.select: the kernel and launch a call gets, a pure function of the inputs'
+metadata and the GPU's facts: equal inputs give equal calls, meta tensors do, nothing
+launches, no device is asked, and the eager launch runs exactly that call."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from flashrepro import launch
+from flashrepro import select as sel
+from flashrepro.configs import NAMED, P_IN_REGISTERS, _tuned_table
+from flashrepro.kernels import LOG2_E
+from flashrepro.kernels.call import KernelCall
+from flashrepro.kernels.fwd import attn_fwd_kernel
+from flashrepro.kernels.fwd_gluon_ws import REGISTERS, attn_fwd_gluon_ws_kernel
+from tests.reference import check_parity, random_qkv
+from tests.selection import choose
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+
+
+def _qkv(b: int = 2, h: int = 16, lq: int = 1024, lk: int | None = None, d: int = 128,
+         device: str = "meta") -> tuple[torch.Tensor, ...]:
+    """Uninitialised fp16 (B, H, L, D) q, k, v (the article problem's shape by default)."""
+    lk = lq if lk is None else lk
+    return (torch.empty(b, h, lq, d, dtype=torch.float16, device=device),
+            *(torch.empty(b, h, lk, d, dtype=torch.float16, device=device) for _ in range(2)))
+
+
+def test_sm90_fp16_d128_causal_l1024_runs_the_ws_kernel() -> None:
+    """The tuned table's entry for the article problem on sm_90: the warp-specialized kernel,
+    two consumers at its tiles, persistent grid of one program per SM, every head in one
+    group (K and V of 32 heads fill 16 MiB of the stand-in's 25)."""
+    entry = _tuned_table()["sm90-d128-causal-l1024"]
+    chosen = choose(*_qkv(), arch=90, causal=True, num_sms=132)
+    call = chosen.call
+    assert chosen.config == entry and entry.warp_specialize and not entry.tile_grid
+    assert call.kernel is attn_fwd_gluon_ws_kernel
+    assert call.grid == (min(2 * 16 * 1024 // entry.block_m, 132),)
+    consumers = entry.num_warps // 4
+    assert call.kwargs == dict(HEAD_DIM=128, BLOCK_N=entry.block_n, NUM_STAGES=entry.num_stages,
+                               CAUSAL=True, STORE_LSE=False, NUM_CONSUMERS=consumers,
+                               CONSUMER_REGS=REGISTERS[consumers][0], num_warps=4,
+                               maxnreg=REGISTERS[consumers][1])
+    assert call.args[5:] == (16 * 1024, 1024, 2, 16, 1, 32, 1024, 1024, 0,
+                             LOG2_E / math.sqrt(128))
+    assert [list(desc.block_shape) for desc in call.args[:4]] == [
+        [1, 1, 64, 128], [1, 1, entry.block_n, 128], [1, 1, entry.block_n, 128],
+        [1, 1, 64, 128]]
+    assert all(slot is None or slot.base is None for slot in call.args[:5])  # no tensor kept
+    assert not (chosen.contiguous_q or chosen.contiguous_kv or chosen.o_buffer)
+
+
+@pytest.mark.parametrize("arch", [80, 86, 89])
+def test_mma_sync_archs_run_the_triton_kernel(arch: int) -> None:
+    """sm_80/86/89 (and sm_90 with DISABLE_MMA_V3, whose code is sm_80's): the Triton kernel
+    at P_IN_REGISTERS (D = 128), pointer loads (P_IN_REGISTERS asks for no TMA)."""
+    chosen = choose(*_qkv(), arch=arch, causal=True)
+    call = chosen.call
+    assert call.kernel is attn_fwd_kernel and chosen.config == P_IN_REGISTERS
+    assert call.grid == (2 * 16 * 1024 // P_IN_REGISTERS.block_m,)
+    assert {k: call.kwargs[k] for k in ("BLOCK_M", "BLOCK_N", "num_warps", "num_stages")} == dict(
+        BLOCK_M=128, BLOCK_N=64, num_warps=8, num_stages=3)
+    assert call.kwargs["USE_TMA"] is False and call.kwargs["CAUSAL"] is True
+    assert choose(*_qkv(), arch=90, mma_v3=False, causal=True).call == call
+
+
+def test_tma_needs_sm90() -> None:
+    """A config asking for TMA gets it on sm_90 and in the interpreter, pointer loads below."""
+    config = NAMED["fa3-ws"]  # not run by the ws kernel at D = 96: the Triton kernel
+    for arch, tma in ((80, False), (89, False), (90, True), (None, True)):
+        call = choose(*_qkv(d=96), arch=arch, config=config).call
+        assert call.kernel is attn_fwd_kernel and call.kwargs["USE_TMA"] is tma, arch
+
+
+@pytest.mark.parametrize("config", [None, "article", "fa3-overlap", "fa3-ws", "fa3-ws3"])
+@pytest.mark.parametrize("arch", [None, 80, 90])
+@pytest.mark.parametrize("causal", [False, True])
+def test_equal_inputs_give_equal_selections(config: str | None, arch: int | None,
+                                            causal: bool) -> None:
+    """Fresh tensors of the same metadata, meta or CPU, give equal selections (kernel, grid,
+    every argument, constexprs, copies); another length gives another one."""
+    first = choose(*_qkv(d=64), arch=arch, config=config, causal=causal)
+    assert choose(*_qkv(d=64), arch=arch, config=config, causal=causal) == first
+    assert choose(*_qkv(d=64, device="cpu"), arch=arch, config=config, causal=causal) == first
+    assert choose(*_qkv(d=64, lq=2048), arch=arch, config=config, causal=causal) != first
+
+
+def test_no_device_query_and_no_launch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """select() asks torch.cuda nothing and runs no kernel: every such entry point raises."""
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError("select() queried a device or launched")
+
+    for name in ("is_available", "device_count", "current_device", "get_device_properties",
+                 "get_device_capability", "synchronize"):
+        monkeypatch.setattr(torch.cuda, name, refuse)
+    monkeypatch.setattr(KernelCall, "run", refuse)
+    for config in (None, "fa3-overlap", "article"):
+        for arch in (None, 80, 90):
+            choose(*_qkv(), arch=arch, config=config, causal=True)
+
+
+def test_runs_without_cuda() -> None:
+    """In a process that sees no GPU and compiles for one (no interpreter), select() on meta
+    tensors chooses sm_90's ws kernel and sm_80's Triton kernel."""
+    code = (
+        "import torch\n"
+        "from flashrepro.select import select\n"
+        "assert not torch.cuda.is_available()\n"
+        "q, k, v, o = (torch.empty(2, 16, 1024, 128, dtype=torch.float16, device='meta')"
+        " for _ in range(4))\n"
+        "lse = torch.empty(2, 16, 1024, device='meta')\n"
+        "for arch in (90, 80):\n"
+        "    s = select(q, k, v, o, lse, causal=True, scale=None, causal_alignment='top_left',"
+        " return_lse=False, config=None, arch=arch, mma_v3=True, num_sms=132,"
+        " l2_bytes=50 * 2**20)\n"
+        "    print(s.call.kernel.__name__, type(s.call.kernel).__name__)\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "DISABLE_MMA_V3")}
+    env.update(PYTHONPATH=str(SRC), CUDA_VISIBLE_DEVICES="")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["attn_fwd_gluon_ws_kernel GluonJITFunction",
+                                          "attn_fwd_kernel JITFunction"]
+
+
+@pytest.mark.parametrize("config", [None, "article", "fa3-ws"])
+def test_the_eager_launch_runs_the_selection(config: str | None, device: torch.device) -> None:
+    """The plan an eager call records holds the call select() makes for its inputs and its
+    GPU (launch._gpu_facts), and that launch computes attention."""
+    q, k, v = random_qkv(1, 2, 70, 90, 64, torch.float16, device)
+    o, lse = check_parity(q, k, v, causal=True, config=config)
+    (plan,) = launch._PLANS.values()
+    chosen = sel.select(q, k, v, o, lse, causal=True, scale=None, causal_alignment="top_left",
+                        return_lse=True, config=config, **launch._gpu_facts(q.device))
+    assert plan.call == chosen.call
+    assert (plan.contiguous_q, plan.contiguous_kv) == (chosen.contiguous_q, chosen.contiguous_kv)
+
+
+def test_copies_are_described_not_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where int32 offsets would overflow (the limit lowered here), the selection says which
+    tensors the kernel reads through contiguous copies and builds the call for the copies'
+    strides; operands() makes them and bind() puts them in the call's slots."""
+    monkeypatch.setattr(sel, "INT32_LIMIT", 2**10)
+    b, h, lq, d = 1, 2, 40, 32
+    q, k, v, o = (torch.empty(d, b, h, lq, dtype=torch.float16, device="meta")
+                  .permute(1, 2, 3, 0) for _ in range(4))  # head-dim stride b·h·lq = 80
+    assert not sel.fits_int32(q, (3, 32))
+    chosen = choose(q, k, v, arch=None, config="article", out=o)
+    assert chosen.contiguous_q and chosen.contiguous_kv and chosen.o_buffer
+    contiguous = torch.empty(b, h, lq, d).stride()
+    assert chosen.call.args[5:17] == 3 * contiguous
+    io = chosen.operands(q, k, v, o, torch.empty(b, h, lq, device="meta"))
+    assert all(t.is_contiguous() for t in io[:4]) and io[3] is not o
+    assert all(a is b for a, b in zip(chosen.bind(io).args[:5], io, strict=True))
+
+
+def test_empty_calls_are_refused() -> None:
+    with pytest.raises(ValueError, match=r"^select needs B, H, Lq and Lk >= 1"):
+        choose(*_qkv(lk=0), arch=90)
