@@ -45,7 +45,7 @@ import triton.profiler as proton
 from tabulate import tabulate
 
 from flashrepro.kernels import LOG2_E, fwd_gluon_ws
-from flashrepro.launch import _heads_per_group
+from flashrepro.select import heads_per_group
 from flashrepro_harness.problem import Problem, load_article
 
 EDITS = [  # (text in the kernel, replacement): each must occur exactly once
@@ -107,12 +107,13 @@ def ws_launch(module, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal:
     b, h, lq, d = q.shape
     o = torch.empty_like(q)
     lse = torch.empty(b, h, lq, device=q.device)
-    hpg = _heads_per_group(b * h, k.shape[2], d, q)
+    hpg = heads_per_group(b * h, k.shape[2], d, q.element_size(),
+                          torch.cuda.get_device_properties(q.device).L2_cache_size)
 
     def run() -> None:
-        module.launch(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
-                      causal_offset=0, heads_per_group=hpg, store_lse=True, block_n=128,
-                      num_stages=2, num_programs=num_programs)
+        module.kernel_call(q, k, v, o, lse, causal=causal, qk_scale=LOG2_E / math.sqrt(d),
+                           causal_offset=0, heads_per_group=hpg, store_lse=True, block_n=128,
+                           num_stages=2, num_programs=num_programs).run()
     return run
 
 
