@@ -198,20 +198,16 @@ def offline_check(causal: bool) -> int:
     triton.knobs.compilation.instrumentation_mode = str(MODE)
     with tempfile.TemporaryDirectory() as tmp:
         module = load_variant(Path(tmp))
-        kernel = module.attn_fwd_gluon_ws_kernel
-        launches = []
-        kernel.run = lambda *args, grid, warmup, **kw: launches.append((args, kw, grid))
         article, _ = load_article()
         q = torch.empty(article.batch, article.heads, article.seqlen_q, article.head_dim,
-                        dtype=torch.float16)
-        module.launch(q, torch.empty_like(q), torch.empty_like(q), torch.empty_like(q),
-                      torch.empty(q.shape[:3]), causal=causal, qk_scale=0.1, causal_offset=0,
-                      heads_per_group=32, store_lse=True, block_n=128, num_stages=2,
-                      num_programs=132)
-        del kernel.run
-        args, kw, grid = launches[0]
+                        dtype=torch.float16, device="meta")
+        call = module.kernel_call(q, torch.empty_like(q), torch.empty_like(q),
+                                  torch.empty_like(q), torch.empty(q.shape[:3], device="meta"),
+                                  causal=causal, qk_scale=0.1, causal_offset=0,
+                                  heads_per_group=32, store_lse=True, block_n=128, num_stages=2,
+                                  num_programs=132)
         driver.set_active(_OfflineDriver(TARGETS["sm_90"]))
-        ptx = kernel.warmup(*args, grid=grid, **kw).asm["ptx"]
+        ptx = call.kernel.warmup(*call.args, grid=call.grid, **call.kwargs).asm["ptx"]
     return ptx.count("%clock")
 
 
