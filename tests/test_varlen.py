@@ -197,6 +197,16 @@ def test_bad_input_is_refused_by_name(bad: dict, error: type, match: str,
         flashrepro.attention_varlen(**args)
 
 
+def test_lengths_are_not_specialized() -> None:
+    """The totals and head counts are runtime ints (do_not_specialize): a batch of other
+    lengths would otherwise compile anew for a total of 1 or one divisible by 16; the
+    offsets are tensors and max_seqlen_q sizes only the grid."""
+    names = getattr(varlen_fwd_kernel, "do_not_specialize", None)
+    if names is None:  # the interpreter's function keeps the decorator's arguments
+        names = varlen_fwd_kernel.kwargs["do_not_specialize"]
+    assert {"total_q", "total_k", "num_heads", "kv_group"} <= set(names)
+
+
 # -- torch ops: opcheck, compile, export --
 
 def _case(device: torch.device, lengths_q=(5, 0, 19), lengths_k=(7, 3, 19)):

@@ -27,7 +27,7 @@ import triton.language as tl
 
 from flashrepro.kernels.fwd import _attn_stage
 
-LN2 = 0.6931471805599453
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 # Lengths, head counts and the split count are runtime values: Triton would specialize an int
@@ -103,7 +103,8 @@ def decode_fwd_kernel(
                                 True, False)
 
     # -- epilogue: a row that took no key here (l = 0, m = -inf) gives 0 and LSE -inf --
-    o = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]
+    l_i = tl.where(l_i == 0.0, 1.0, l_i)
+    o = acc / l_i[:, None]
     o_ptrs = (O + off_b.to(tl.int64) * stride_ob + off_h[:, None] * stride_oh
               + offs_m.to(tl.int64)[:, None] * stride_om + split * stride_os
               + offs_d[None, :] * stride_od)
@@ -161,11 +162,13 @@ def decode_combine_kernel(
         acc += tl.sum(w[:, None] * o_s, 0)
         weights += w
     total = tl.sum(weights, 0)
-    o = acc / tl.where(total == 0.0, 1.0, total)
+    no_keys = total == 0.0
+    total = tl.where(no_keys, 1.0, total)
+    o = acc / total
     o_ptrs = (O + off_b.to(tl.int64) * stride_ob + off_h.to(tl.int64) * stride_oh
               + off_m.to(tl.int64) * stride_om + offs_d * stride_od)
     tl.store(o_ptrs, o.to(O.dtype.element_ty), mask=offs_d < HEAD_DIM)
     if STORE_LSE:
         lse_ptr = (LSE + off_b.to(tl.int64) * stride_lb + off_h.to(tl.int64) * stride_lh
                    + off_m.to(tl.int64) * stride_lm)
-        tl.store(lse_ptr, m_max + tl.log(total))
+        tl.store(lse_ptr, tl.where(no_keys, float("-inf"), m_max + tl.log(total)))

@@ -18,7 +18,7 @@ import triton.language as tl
 
 from flashrepro.kernels.fwd import _attn_stage, _load_tile
 
-LN2 = 0.6931471805599453
+LN2 = tl.constexpr(0.6931471805599453)
 
 
 # Totals and head counts are runtime values (no specialization on 1 or on divisibility by
@@ -96,10 +96,10 @@ def varlen_fwd_kernel(
 
     # -- epilogue: rows that see no key (an empty key range, or causal rows before the
     # first key) get 0 and LSE -inf; rows whose visible scores are all -inf NaN, as SDPA --
+    no_keys = seqlen_k == 0
     if CAUSAL:
-        l_i = tl.where(offs_m + causal_offset < 0, 1.0, l_i)
-    else:
-        l_i = tl.where(seqlen_k == 0, 1.0, l_i)
+        no_keys = no_keys | (offs_m + causal_offset < 0)
+    l_i = tl.where(no_keys, 1.0, l_i)
     o = (acc / l_i[:, None]).to(O.dtype.element_ty)
     o_ptrs = (O + q_rows[:, None] * stride_ot + off_h.to(tl.int64) * stride_oh
               + offs_d[None, :] * stride_od)
