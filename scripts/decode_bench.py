@@ -136,9 +136,9 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
             q, k, v, used, causal=True, scale=None, enable_gqa=True, num_splits=num_splits,
             return_lse=False, config=config)[0]
 
-    programs = b * H_KV * triton.cdiv(H // H_KV, launch_varlen.DECODE_MAX_BLOCK_M)
-    auto = launch_varlen.num_kv_splits(
-        programs, l_k, torch.cuda.get_device_properties(0).multi_processor_count)
+    auto = launch_varlen.num_kv_splits(  # one row block: G·L_q = 2 rows
+        b * H_KV, triton.cdiv(l_k, launch_varlen.decode_config(D).block_n),
+        torch.cuda.get_device_properties(0).multi_processor_count)
     outputs["flashrepro"] = frepro()
     notes["flashrepro"] = f"{auto} splits, {launch_varlen.decode_config(D)}"
     for s in splits:

@@ -171,20 +171,25 @@ def test_bad_input_is_refused_by_name(bad: dict, error: type, match: str,
         flashrepro.attention_kvcache(q, k, v, used, **args)
 
 
-def test_split_count_depends_on_shapes_only() -> None:
-    """One split once the grid holds PROGRAMS_PER_SM programs per SM; else enough to reach
-    it, at most MAX_SPLITS and cdiv(L_max, MIN_SPLIT_KEYS)."""
+def test_split_count_fills_whole_waves() -> None:
+    """The split choice (shapes only): one split once the grid fills 80 % of a wave or the
+    cache has at most 4 key blocks; at most MAX_SPLITS and the key blocks; else, where
+    splitting can give two waves or more, a grid whose waves are at least 70 % full on
+    average (132 SMs, waves of 132·RESIDENT_PROGRAMS; only counts that change the blocks per
+    split are taken, so not every wave count is reachable)."""
     choose = launch_varlen.num_kv_splits
-    per_sm = launch_varlen.PROGRAMS_PER_SM
-    assert choose(132 * per_sm, 32768, 132) == 1
-    assert choose(8, 32768, 132) == launch_varlen.MAX_SPLITS
-    assert choose(8, 1024, 132) == 1024 // launch_varlen.MIN_SPLIT_KEYS
-    assert choose(128, 8192, 132) == -(-132 * per_sm // 128)
-    assert choose(8, 1, 132) == 1
-    for programs in range(1, 600, 7):
-        splits = choose(programs, 4096, 132)
-        assert 1 <= splits <= launch_varlen.MAX_SPLITS
-        assert splits == 1 or programs * (splits - 1) < 132 * per_sm
+    slots = 132 * launch_varlen.RESIDENT_PROGRAMS
+    assert choose(slots, 512, 132) == choose(int(0.8 * slots) + 1, 512, 132) == 1
+    assert choose(8, 4, 132) == 1
+    # 16 key blocks: eligible counts 1, 2, 3, 4, 6, 8, 16; 8·16 programs are the best < 1 wave
+    assert choose(8, 16, 132) == 16
+    for programs in range(1, int(0.8 * slots)):
+        for key_blocks in (5, 64, 512, 4096):
+            splits = choose(programs, key_blocks, 132)
+            assert 1 <= splits <= min(launch_varlen.MAX_SPLITS, key_blocks)
+            waves = programs * splits / slots
+            if programs * min(launch_varlen.MAX_SPLITS, key_blocks) >= 2 * slots:
+                assert waves / -(-waves // 1) >= 0.7, (programs, key_blocks, splits)
 
 
 @pytest.mark.parametrize("kernel,lengths", [

@@ -13,6 +13,7 @@ keeps for :func:`flashrepro.attention`).
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -36,13 +37,11 @@ MAX_GRID_YZ = 65535
 blocks of a varlen launch)."""
 DECODE_MAX_BLOCK_M = 64
 """The largest decode tile: G·Lq packed rows beyond it take more row blocks."""
-PROGRAMS_PER_SM = 4
-"""Decode programs per SM that the split choice aims for (:func:`num_kv_splits`)."""
-MAX_SPLITS = 64
+RESIDENT_PROGRAMS = 3
+"""Decode programs one SM runs at once at D <= 128 (each 70 KiB of sm_90's 227 KiB of shared
+memory, 138 registers per thread): a wave of the grid is num_SMs·RESIDENT_PROGRAMS programs."""
+MAX_SPLITS = 128
 """The most key splits :func:`num_kv_splits` picks."""
-MIN_SPLIT_KEYS = 128
-"""L_max / MIN_SPLIT_KEYS caps the split count: a split's Q load and partial write are paid
-back by a few key blocks."""
 COMBINE_BLOCK_S = 16
 """Splits the combine kernel merges per step."""
 
@@ -77,20 +76,31 @@ def varlen_config(head_dim: int) -> KernelConfig:
     return KernelConfig(64, 32, 4, 2)
 
 
-def num_kv_splits(programs: int, max_seqlen_k: int, num_sms: int) -> int:
+@functools.cache
+def num_kv_splits(programs: int, key_blocks: int, num_sms: int) -> int:
     """Key splits of a decode launch, from shapes only (never from ``seqused_k``'s values,
-    which would be a host sync).
+    which would be a host sync): FlashAttention's split-KV heuristic (``num_splits_heuristic``
+    in FA2/FA3's ``flash_api.cpp``) on waves of num_SMs·:data:`RESIDENT_PROGRAMS` programs.
 
-    ``programs`` is B·H_kv·(row blocks), the grid without splits. When it already holds
-    :data:`PROGRAMS_PER_SM` programs per SM, one split; else enough splits to reach that,
-    at most :data:`MAX_SPLITS` and at most cdiv(L_max, :data:`MIN_SPLIT_KEYS`). The
-    kernel divides each sequence's own key blocks between the splits.
+    ``programs`` is B·H_kv·(row blocks), the grid without splits; ``key_blocks`` is
+    cdiv(L_max, BLOCK_N). One split when the grid already fills 80 % of a wave or the cache
+    holds at most 4 key blocks; else, among the counts up to min(:data:`MAX_SPLITS`,
+    key_blocks) that change the blocks per split, the smallest whose wave efficiency (waves
+    over whole waves started) is within 85 % of the best. The kernel then divides each
+    sequence's own key blocks between the splits.
     """
-    target = num_sms * PROGRAMS_PER_SM
-    if programs >= target:
+    slots = num_sms * RESIDENT_PROGRAMS
+    if programs >= 0.8 * slots or key_blocks <= 4:
         return 1
-    return max(1, min(triton.cdiv(target, max(programs, 1)), MAX_SPLITS,
-                      triton.cdiv(max_seqlen_k, MIN_SPLIT_KEYS)))
+
+    def efficiency(splits: int) -> float:
+        waves = programs * splits / slots
+        return waves / math.ceil(waves)
+
+    counts = [s for s in range(1, min(MAX_SPLITS, key_blocks) + 1)
+              if s == 1 or triton.cdiv(key_blocks, s) != triton.cdiv(key_blocks, s - 1)]
+    best = max(efficiency(s) for s in counts)
+    return next(s for s in counts if efficiency(s) >= 0.85 * best)
 
 
 # -- input rules --
@@ -266,7 +276,8 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kv_group = h // h_kv
     block_m = min(DECODE_MAX_BLOCK_M, max(16, triton.next_power_of_2(kv_group * lq)))
     row_blocks = triton.cdiv(kv_group * lq, block_m)
-    splits = num_splits or num_kv_splits(b * h_kv * row_blocks, l_max, _num_sms(q))
+    splits = num_splits or num_kv_splits(b * h_kv * row_blocks, triton.cdiv(l_max, cfg.block_n),
+                                         _num_sms(q))
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if splits == 1:  # the kernel writes the final output: split strides 0
         o_dst, o_strides = o_kernel, (*o_kernel.stride()[:3], 0, o_kernel.stride(3))
