@@ -41,8 +41,8 @@ def make_cache(b: int, h: int, h_kv: int, lq: int, l_max: int, d: int, dtype: to
                device: torch.device, seqused: list[int]):
     """Fresh standard-normal q (B, H, Lq, D) and caches (B, H_kv, L_max, D) whose rows past
     each sequence's length are NaN."""
-    q = torch.randn(b, h, lq, d, device=device).to(dtype)
-    k, v = (torch.randn(b, h_kv, l_max, d, device=device).to(dtype) for _ in range(2))
+    q = torch.randn(b, h, lq, d, device=device, dtype=dtype)
+    k, v = (torch.randn(b, h_kv, l_max, d, device=device, dtype=dtype) for _ in range(2))
     past = torch.arange(l_max, device=device) >= torch.tensor(seqused, device=device)[:, None]
     for t in (k, v):
         t.masked_fill_(past[:, None, :, None], float("nan"))

@@ -1,6 +1,6 @@
 """References and the parity rule for the variable-length entry points (tests/test_decode.py,
-tests/test_varlen.py): float64 attention per sequence, SDPA with the equivalent boolean mask
-as the peer, and allocations poisoned with NaN."""
+tests/test_varlen.py): float64 attention per sequence, SDPA per sequence with the equivalent
+boolean mask as the peer, and allocations poisoned with NaN."""
 
 from __future__ import annotations
 
@@ -30,31 +30,34 @@ def kvcache_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqused
     return torch.cat(outs), torch.cat(lses)
 
 
-def kvcache_mask(seqused: list[int], lq: int, l_max: int, causal: bool,
-                 device: torch.device) -> torch.Tensor:
-    """The boolean SDPA mask (B, 1, Lq, L_max) equivalent to ``seqused`` and ``causal``."""
-    j = torch.arange(l_max, device=device)
-    i = torch.arange(lq, device=device)[:, None]
-    rows = []
-    for used in seqused:
-        used = min(max(used, 0), l_max)
-        visible = (j < used).expand(lq, l_max)
-        if causal:
-            visible = visible & (j <= i + used - lq)
-        rows.append(visible)
-    return torch.stack(rows)[:, None]
+def sequence_mask(lq: int, lk: int, causal: bool, device: torch.device) -> torch.Tensor:
+    """The boolean SDPA mask (Lq, Lk) of one sequence: all True, or with ``causal`` aligned
+    to its last key (row i sees key j iff j <= i + Lk - Lq)."""
+    if not causal:
+        return torch.ones(lq, lk, dtype=torch.bool, device=device)
+    return (torch.arange(lk, device=device)
+            <= torch.arange(lq, device=device)[:, None] + lk - lq)
+
+
+def _sdpa_sequence(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                   scale: float | None) -> torch.Tensor:
+    """SDPA on one sequence, (1, H, Lq, D) against (1, H_kv, Lk, D), with its boolean mask;
+    NaN where Lk = 0 (SDPA has no answer there)."""
+    if k.shape[2] == 0:
+        return torch.full_like(q, float("nan"))
+    mask = sequence_mask(q.shape[2], k.shape[2], causal, q.device)
+    return sdpa(q.contiguous(), k.contiguous(), v.contiguous(), attn_mask=mask, scale=scale,
+                enable_gqa=q.shape[1] != k.shape[1])
 
 
 def kvcache_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqused: list[int], *,
                  causal: bool, scale: float | None = None) -> torch.Tensor:
-    """torch SDPA on the caches with the equivalent boolean mask (the peer); keys past
-    ``seqused`` are zeroed first (SDPA adds the mask to the scores, and a masked NaN stays
-    NaN). Rows with no visible key are NaN in SDPA."""
-    mask = kvcache_mask(seqused, q.shape[2], k.shape[2], causal, q.device)
-    keep = mask.any(2, keepdim=True).transpose(-1, -2)  # (B, 1, L_max, 1): keys some row sees
-    k, v = (torch.where(keep, t, 0).contiguous() for t in (k, v))
-    return sdpa(q.contiguous(), k, v, attn_mask=mask, scale=scale,
-                enable_gqa=q.shape[1] != k.shape[1])
+    """torch SDPA (the peer) on each sequence's first ``seqused[b]`` keys with the equivalent
+    boolean mask, one sequence at a time (the whole cache at once would take tens of GiB at
+    B = 64, L_max = 32k). Rows with no visible key are NaN in SDPA."""
+    return torch.cat([_sdpa_sequence(q[b:b + 1], k[b:b + 1, :, :used], v[b:b + 1, :, :used],
+                                     causal, scale)
+                      for b, used in enumerate(min(max(u, 0), k.shape[2]) for u in seqused)])
 
 
 def varlen_reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[int],
@@ -87,17 +90,10 @@ def varlen_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: list[in
         q0, q1, k0, k1 = cu_q[b], cu_q[b + 1], cu_k[b], cu_k[b + 1]
         if seqused is not None:
             k1 = k0 + min(max(seqused[b], 0), k1 - k0)
-        lq, lk = q1 - q0, k1 - k0
-        if lq == 0:
+        if q1 == q0:
             continue
-        qb, kb, vb = (t.transpose(0, 1)[None].contiguous()
-                      for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
-        mask = torch.ones(lq, lk, dtype=torch.bool, device=q.device)
-        if causal:
-            mask = torch.arange(lk, device=q.device) <= torch.arange(
-                lq, device=q.device)[:, None] + lk - lq
-        o[q0:q1] = sdpa(qb, kb, vb, attn_mask=mask, scale=scale,
-                        enable_gqa=q.shape[1] != k.shape[1])[0].transpose(0, 1)
+        qb, kb, vb = (t.transpose(0, 1)[None] for t in (q[q0:q1], k[k0:k1], v[k0:k1]))
+        o[q0:q1] = _sdpa_sequence(qb, kb, vb, causal, scale)[0].transpose(0, 1)
     return o
 
 

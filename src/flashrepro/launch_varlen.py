@@ -340,7 +340,7 @@ def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     lse_arg = lse if lse is not None else _lse_dummy(q.device)
     used = seqused_k.contiguous() if seqused_k is not None else cu_seqlens_k
-    with _on_device(q.device):
+    with _on_device(q.device):  # B·H on gridDim.x: y and z stop at 65535
         varlen_fwd_kernel[(batch * h, triton.cdiv(max_seqlen_q, cfg.block_m))](
             q, k, v, o, lse_arg, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), used,
             *q.stride(), *k.stride(), *o.stride(), lse_arg.stride(0),
