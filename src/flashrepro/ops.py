@@ -12,6 +12,10 @@ launcher (as FlashAttention-3 registers ``flash_attn_3::_flash_attn_forward``):
   (B, Lq, H, D), so ``o.transpose(1, 2)`` is contiguous: the layout transformers' attention
   functions return, written by the kernel itself (under tracing an ``out=`` buffer can only be
   filled by a copy of the op's output; this op makes that copy unnecessary).
+* ``torch.ops.flashrepro.attention_kvcache(q, k, v, seqused_k, causal, scale, enable_gqa,
+  num_splits) -> (o, lse)``: :func:`flashrepro.attention_kvcache`.
+* ``torch.ops.flashrepro.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+  max_seqlen_k, causal, scale, seqused_k) -> (o, lse)``: :func:`flashrepro.attention_varlen`.
 
 :func:`flashrepro.attention` calls them by itself while it is being traced; eager calls go
 straight to :func:`flashrepro.launch.forward`, past the dispatcher. ``config`` is a
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import torch
 
+from flashrepro import launch_varlen
 from flashrepro.configs import KernelConfig
 from flashrepro.launch import forward
 from flashrepro.validation import validate
@@ -129,3 +134,72 @@ attention_lse = torch.ops.flashrepro.attention_lse.default
 """``torch.ops.flashrepro.attention_lse``: (o, lse)."""
 attention_bshd = torch.ops.flashrepro.attention_bshd.default
 """``torch.ops.flashrepro.attention_bshd``: o (B, H, Lq, D) with (B, Lq, H, D) memory."""
+
+
+# -- lengths as data: KV caches and packed sequences (flashrepro.launch_varlen) --
+# Defined like the ops above; both always return the LSE (for a CUDA-graph pool, no buffer
+# of its own), and take their length tensors without reading them.
+
+_LIB.define("attention_kvcache(Tensor q, Tensor k, Tensor v, Tensor seqused_k, bool causal, "
+            "float? scale, bool enable_gqa, int? num_splits) -> (Tensor, Tensor)")
+_LIB.define("attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
+            "Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, bool causal, "
+            "float? scale, Tensor? seqused_k) -> (Tensor, Tensor)")
+
+
+def _attention_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       seqused_k: torch.Tensor, causal: bool, scale: float | None,
+                       enable_gqa: bool, num_splits: int | None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of :func:`flashrepro.attention_kvcache`: o (B, H, Lq, D) contiguous, lse
+    (B, H, Lq) float32."""
+    o, lse = launch_varlen.kvcache_forward(q, k, v, seqused_k, causal=causal, scale=scale,
+                                           enable_gqa=enable_gqa, num_splits=num_splits,
+                                           return_lse=True)
+    assert lse is not None
+    return o, lse
+
+
+def _fake_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqused_k: torch.Tensor,
+                  causal: bool, scale: float | None, enable_gqa: bool,
+                  num_splits: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+    launch_varlen.validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale,
+                                   enable_gqa=enable_gqa, num_splits=num_splits,
+                                   return_lse=True)
+    return q.new_empty(q.shape), q.new_empty(q.shape[:3], dtype=torch.float32)
+
+
+def _attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                      cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                      max_seqlen_q: int, max_seqlen_k: int, causal: bool,
+                      scale: float | None, seqused_k: torch.Tensor | None
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(o, lse) of :func:`flashrepro.attention_varlen`: o (total_q, H, D) contiguous, lse
+    (H, total_q) float32."""
+    o, lse = launch_varlen.varlen_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                          max_seqlen_k, causal=causal, scale=scale,
+                                          return_lse=True, seqused_k=seqused_k)
+    assert lse is not None
+    return o, lse
+
+
+def _fake_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: torch.Tensor,
+                 cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                 causal: bool, scale: float | None, seqused_k: torch.Tensor | None
+                 ) -> tuple[torch.Tensor, torch.Tensor]:
+    launch_varlen.validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, causal=causal, scale=scale, return_lse=True,
+                                  seqused_k=seqused_k)
+    total_q, h, _ = q.shape
+    return q.new_empty(q.shape), q.new_empty((h, total_q), dtype=torch.float32)
+
+
+_LIB.impl("attention_kvcache", _attention_kvcache, "CompositeExplicitAutograd")
+_LIB.impl("attention_varlen", _attention_varlen, "CompositeExplicitAutograd")
+torch.library.register_fake("flashrepro::attention_kvcache", _fake_kvcache, lib=_LIB)
+torch.library.register_fake("flashrepro::attention_varlen", _fake_varlen, lib=_LIB)
+
+attention_kvcache = torch.ops.flashrepro.attention_kvcache.default
+"""``torch.ops.flashrepro.attention_kvcache``: (o, lse) over a KV cache with ``seqused_k``."""
+attention_varlen = torch.ops.flashrepro.attention_varlen.default
+"""``torch.ops.flashrepro.attention_varlen``: (o, lse) over packed sequences."""

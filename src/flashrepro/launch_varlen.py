@@ -1,0 +1,352 @@
+"""Lengths as data: the input rules and launches of the KV-cache (decode) and packed-sequence
+(varlen) kernels, :mod:`flashrepro.kernels.decode` and :mod:`flashrepro.kernels.varlen`.
+
+Nothing here reads the values of a length tensor (``seqused_k``, ``cu_seqlens_*``): the
+kernels read them on the device and clamp them into the tensors' bounds. So a call needs no
+host sync, can be captured in a CUDA graph, and a new length runs the same compiled kernel
+(the kernels take every length and head count as a runtime, unspecialized int). What is
+chosen on the host, the grid and the number of key splits, depends on shapes only.
+
+Each call goes through Triton's launcher (no cached launch plan as :mod:`flashrepro.launch`
+keeps for :func:`flashrepro.attention`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+import triton
+
+from flashrepro.configs import KernelConfig
+from flashrepro.kernels import LOG2_E
+from flashrepro.kernels.decode import decode_combine_kernel, decode_fwd_kernel
+from flashrepro.kernels.varlen import varlen_fwd_kernel
+from flashrepro.launch import _gpu_facts, _on_device
+from flashrepro.select import fits_int32
+from flashrepro.validation import (
+    _check_flag,
+    check_not_nested,
+    check_out,
+    validate,
+)
+
+MAX_GRID_YZ = 65535
+"""CUDA's limit on gridDim.y and gridDim.z (row blocks and key splits of a decode launch, query
+blocks of a varlen launch)."""
+DECODE_MAX_BLOCK_M = 64
+"""The largest decode tile: G·Lq packed rows beyond it take more row blocks."""
+RESIDENT_PROGRAMS = 3
+"""Decode programs one SM runs at once at D <= 128 (each 70 KiB of sm_90's 227 KiB of shared
+memory, 138 registers per thread): a wave of the grid is num_SMs·RESIDENT_PROGRAMS programs."""
+MAX_SPLITS = 128
+"""The most key splits :func:`num_kv_splits` picks."""
+COMBINE_BLOCK_S = 16
+"""Splits the combine kernel merges per step."""
+
+
+@dataclass(frozen=True)
+class DecodeConfig:
+    """The decode kernel's launch apart from its packed rows (BLOCK_M) and splits.
+
+    Attributes:
+        block_n: key rows per inner-loop step, a power of two >= 16.
+        num_warps: warps per program.
+        num_stages: software-pipelining depth of the K/V loads.
+    """
+
+    block_n: int
+    num_warps: int
+    num_stages: int
+
+
+def decode_config(head_dim: int) -> DecodeConfig:
+    """The decode launch for a head dim: 64-key steps, 4 warps, 3 stages up to D = 128 (two
+    (64, 128) K and V tiles per stage, 96 KiB in bf16); 32 keys and 2 stages above."""
+    return DecodeConfig(64, 4, 3) if head_dim <= 128 else DecodeConfig(32, 4, 2)
+
+
+def varlen_config(head_dim: int) -> KernelConfig:
+    """The varlen launch: the production Triton kernel's fallback tiles without TMA (64x64,
+    4 warps, 3 stages up to D = 128; 64x32, 2 stages above), one config for every length, so
+    a new ``max_seqlen_q`` never compiles anew."""
+    if head_dim <= 128:
+        return KernelConfig(64, 64, 4, 3)
+    return KernelConfig(64, 32, 4, 2)
+
+
+@functools.cache
+def num_kv_splits(programs: int, key_blocks: int, num_sms: int) -> int:
+    """Key splits of a decode launch, from shapes only (never from ``seqused_k``'s values,
+    which would be a host sync): FlashAttention's split-KV heuristic (``num_splits_heuristic``
+    in FA2/FA3's ``flash_api.cpp``) on waves of num_SMs·:data:`RESIDENT_PROGRAMS` programs.
+
+    ``programs`` is B·H_kv·(row blocks), the grid without splits; ``key_blocks`` is
+    cdiv(L_max, BLOCK_N). One split when the grid already fills 80 % of a wave or the cache
+    holds at most 4 key blocks; else, among the counts up to min(:data:`MAX_SPLITS`,
+    key_blocks) that change the blocks per split, the smallest whose wave efficiency (waves
+    over whole waves started) is within 85 % of the best. The kernel then divides each
+    sequence's own key blocks between the splits.
+    """
+    slots = num_sms * RESIDENT_PROGRAMS
+    if programs >= 0.8 * slots or key_blocks <= 4:
+        return 1
+
+    def efficiency(splits: int) -> float:
+        waves = programs * splits / slots
+        return waves / math.ceil(waves)
+
+    counts = [s for s in range(1, min(MAX_SPLITS, key_blocks) + 1)
+              if s == 1 or triton.cdiv(key_blocks, s) != triton.cdiv(key_blocks, s - 1)]
+    best = max(efficiency(s) for s in counts)
+    return next(s for s in counts if efficiency(s) >= 0.85 * best)
+
+
+# -- input rules --
+
+def check_lengths(name: str, t: object, size: int | None, shape: str,
+                  device: torch.device) -> None:
+    """A length or offset tensor: a dense torch.Tensor (TypeError), dtype int32 (TypeError),
+    1-D of ``size`` elements, or of at least one where ``size`` is None (ValueError;
+    ``shape`` names it, e.g. ``"(B,)"``), on ``device`` (ValueError). Its values are not read
+    (that would be a host sync).
+
+    Raises:
+        TypeError, ValueError: naming ``name`` and the rule.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be an int32 torch.Tensor of shape {shape} on q's device, "
+                        f"got {type(t).__name__}")
+    check_not_nested(name, t)
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
+    if t.dtype != torch.int32:
+        raise TypeError(f"{name} must have dtype int32 (the kernels read it as int32), got "
+                        f"{t.dtype}; pass {name}.to(torch.int32)")
+    if t.dim() != 1 or (t.shape[0] < 1 if size is None else t.shape[0] != size):
+        want = "with B >= 0" if size is None else f"= ({size},)"
+        raise ValueError(f"{name} must have shape {shape} {want}, got {tuple(t.shape)}")
+    if t.device != device:
+        raise ValueError(f"{name} must be on q's device {device}, got {t.device}")
+
+
+def check_max_seqlen(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, torch.SymInt)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < 0:
+        raise ValueError(f"{name} must be >= 0, got {value}")
+
+
+def check_num_splits(num_splits: object) -> None:
+    if num_splits is None:
+        return
+    if isinstance(num_splits, bool) or not isinstance(num_splits, int):
+        raise TypeError(f"num_splits must be None or an int, got {type(num_splits).__name__}")
+    if not 1 <= num_splits <= MAX_GRID_YZ:
+        raise ValueError(f"num_splits must be in 1..{MAX_GRID_YZ} (CUDA's gridDim.z), got "
+                         f"{num_splits}")
+
+
+def validate_kvcache(q: object, k: object, v: object, seqused_k: object, *, causal: bool,
+                     scale: float | None, enable_gqa: bool, num_splits: object,
+                     return_lse: object) -> None:
+    """The rules of :func:`flashrepro.attention_kvcache`, in order: q, k, v, ``causal``,
+    ``enable_gqa`` and ``scale`` as :func:`flashrepro.validation.validate` (k and v are the
+    caches, (B, H_kv, L_max, D)); ``return_lse`` a bool (TypeError); ``seqused_k`` as
+    :func:`check_lengths`, shape (B,); ``num_splits`` None or an int (TypeError) in
+    1..65535 (ValueError); cdiv(G·Lq, 64) <= 65535 row blocks, G = H / H_kv (ValueError).
+
+    Raises:
+        TypeError, ValueError: naming the argument and the rule.
+    """
+    validate(q, k, v, scale=scale, enable_gqa=enable_gqa, causal_alignment="bottom_right",
+             causal=causal)
+    assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+    _check_flag("return_lse", return_lse)
+    check_lengths("seqused_k", seqused_k, q.shape[0], "(B,)", q.device)
+    check_num_splits(num_splits)
+    h, lq, h_kv = q.shape[1], q.shape[2], k.shape[1]
+    rows = (h // h_kv if h_kv else 0) * lq
+    if triton.cdiv(rows, DECODE_MAX_BLOCK_M) > MAX_GRID_YZ:
+        raise ValueError(f"(H / H_kv)·Lq = {rows} query rows per key/value head exceed "
+                         f"{MAX_GRID_YZ * DECODE_MAX_BLOCK_M} ({MAX_GRID_YZ} row blocks of "
+                         f"{DECODE_MAX_BLOCK_M}, CUDA's gridDim.y); use flashrepro.attention")
+
+
+def _check_packed(name: str, t: object) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_not_nested(name, t)
+    if t.layout != torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
+    if t.dim() != 3:
+        raise ValueError(f"{name} must have 3 dims (total tokens, heads, D), got shape "
+                         f"{tuple(t.shape)}")
+
+
+def validate_varlen(q: object, k: object, v: object, cu_seqlens_q: object,
+                    cu_seqlens_k: object, max_seqlen_q: object, max_seqlen_k: object, *,
+                    causal: bool, scale: float | None, return_lse: object,
+                    seqused_k: object) -> None:
+    """The rules of :func:`flashrepro.attention_varlen`, in order:
+
+    1. q, k and v are dense tensors (TypeError) with 3 dims (ValueError): q (total_q, H, D),
+       k and v (total_k, H_kv, D); v has k's shape; D is q's; H is a multiple of H_kv
+       (ValueError).
+    2. Dtype, device, grad, head dim, ``causal`` and ``scale`` as
+       :func:`flashrepro.validation.validate` (on the (1, H, total, D) views).
+    3. ``return_lse`` is a bool (TypeError).
+    4. ``cu_seqlens_q`` and ``cu_seqlens_k`` as :func:`check_lengths`, 1-D int32 on q's device
+       with B + 1 >= 1 elements, the same count for both; ``seqused_k`` None or (B,) likewise.
+    5. ``max_seqlen_q`` and ``max_seqlen_k`` are ints (TypeError) >= 0 (ValueError);
+       cdiv(max_seqlen_q, BLOCK_M) <= 65535 query blocks (ValueError).
+    6. B·H <= 2^31 - 1 programs per query block (ValueError).
+
+    Raises:
+        TypeError, ValueError: naming the argument and the rule.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _check_packed(name, t)
+    assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
+    assert isinstance(v, torch.Tensor)
+    if tuple(v.shape) != tuple(k.shape):
+        raise ValueError(f"v must have k's shape (total_k, H_kv, D) = {tuple(k.shape)}, got "
+                         f"{tuple(v.shape)}")
+    (_, h, d), (_, h_kv, d_k) = q.shape, k.shape
+    if d_k != d:
+        raise ValueError(f"k and v must have q's head dim D={d}, got {d_k}")
+    if (h_kv < 1 or h % h_kv) and h + h_kv > 0:
+        raise ValueError(f"q's heads H={h} must be a multiple of k/v's heads H_kv={h_kv}")
+    validate(*(t.unsqueeze(0).transpose(1, 2) for t in (q, k, v)), scale=scale,
+             enable_gqa=True, causal_alignment="bottom_right", causal=causal)
+    _check_flag("return_lse", return_lse)
+    check_lengths("cu_seqlens_q", cu_seqlens_q, None, "(B + 1,)", q.device)
+    assert isinstance(cu_seqlens_q, torch.Tensor)
+    batch = cu_seqlens_q.shape[0] - 1
+    check_lengths("cu_seqlens_k", cu_seqlens_k, batch + 1, "(B + 1,)", q.device)
+    if seqused_k is not None:
+        check_lengths("seqused_k", seqused_k, batch, "(B,)", q.device)
+    check_max_seqlen("max_seqlen_q", max_seqlen_q)
+    check_max_seqlen("max_seqlen_k", max_seqlen_k)
+    block_m = varlen_config(d).block_m
+    if triton.cdiv(max_seqlen_q, block_m) > MAX_GRID_YZ:
+        raise ValueError(f"max_seqlen_q = {max_seqlen_q} needs more than {MAX_GRID_YZ} query "
+                         f"blocks of {block_m} rows (CUDA's gridDim.y)")
+    if batch * h > 2**31 - 1:
+        raise ValueError(f"B·H = {batch * h} exceeds CUDA's gridDim.x limit of 2^31 - 1")
+
+
+# -- launches --
+
+def _lse_dummy(device: torch.device) -> torch.Tensor:
+    """The LSE argument of a launch that stores none (the kernels never touch it)."""
+    return torch.empty(1, dtype=torch.float32, device=device)
+
+
+def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                    seqused_k: torch.Tensor, *, causal: bool, scale: float | None,
+                    enable_gqa: bool, num_splits: int | None, return_lse: bool,
+                    out: torch.Tensor | None = None, config: DecodeConfig | None = None,
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`flashrepro.attention_kvcache`'s eager call: validate, launch the decode kernel
+    (and with more than one split the combine kernel), return (o, lse or None). ``config``
+    replaces :func:`decode_config`'s choice (for tuning)."""
+    validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
+                     num_splits=num_splits, return_lse=return_lse)
+    b, h, lq, d = q.shape
+    h_kv, l_max = k.shape[1], k.shape[2]
+    o = check_out(out, q, q=q, k=k, v=v)
+    lse = torch.empty((b, h, lq), dtype=torch.float32, device=q.device) if return_lse else None
+    if o.numel() == 0 or l_max == 0:  # nothing to compute, or no key for any row
+        o.zero_()
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return o, lse
+    cfg = config or decode_config(d)
+    block_d = max(16, triton.next_power_of_2(d))
+    # Head-dim offsets are int32, and K and V share one set of int32 tile offsets.
+    if not fits_int32(q, (3, block_d)):
+        q = q.contiguous()
+    o_kernel = (o if fits_int32(o, (3, block_d))
+                else torch.empty(o.shape, dtype=o.dtype, device=o.device))
+    if k.stride() != v.stride() or not all(
+            fits_int32(t, (2, cfg.block_n), (3, block_d)) for t in (k, v)):
+        k, v = k.contiguous(), v.contiguous()
+    kv_group = h // h_kv
+    block_m = min(DECODE_MAX_BLOCK_M, max(16, triton.next_power_of_2(kv_group * lq)))
+    row_blocks = triton.cdiv(kv_group * lq, block_m)
+    splits = num_splits or num_kv_splits(b * h_kv * row_blocks, triton.cdiv(l_max, cfg.block_n),
+                                         _gpu_facts(q.device)["num_sms"])
+    sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    if splits == 1:  # the kernel writes the final output: split strides 0
+        o_dst, o_strides = o_kernel, (*o_kernel.stride()[:3], 0, o_kernel.stride(3))
+        lse_dst = lse if lse is not None else _lse_dummy(q.device)
+        lse_strides = (*lse_dst.stride(), 0) if lse is not None else (0, 0, 0, 0)
+    else:
+        o_dst = torch.empty((b, h, lq, splits, d), dtype=torch.float32, device=q.device)
+        lse_dst = torch.empty((b, h, lq, splits), dtype=torch.float32, device=q.device)
+        o_strides, lse_strides = o_dst.stride(), lse_dst.stride()
+    with _on_device(q.device):
+        decode_fwd_kernel[(b * h_kv, row_blocks, splits)](
+            q, k, v, o_dst, lse_dst, seqused_k.contiguous(),
+            *q.stride(), *k.stride(), *o_strides, *lse_strides,
+            h_kv, kv_group, lq, l_max, splits, sm_scale * LOG2_E,
+            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=cfg.block_n,
+            CAUSAL=causal, STORE_LSE=splits > 1 or lse is not None,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        if splits > 1:
+            lse_out = lse if lse is not None else _lse_dummy(q.device)
+            decode_combine_kernel[(b * h * lq,)](
+                o_dst, lse_dst, o_kernel, lse_out, *o_kernel.stride(),
+                *(lse.stride() if lse is not None else (0, 0, 0)),
+                h, lq, splits,
+                HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=COMBINE_BLOCK_S,
+                STORE_LSE=lse is not None, num_warps=4)
+    if o_kernel is not o:
+        o.copy_(o_kernel)
+    return o, lse
+
+
+def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                   cu_seqlens_q: torch.Tensor, cu_seqlens_k: torch.Tensor,
+                   max_seqlen_q: int, max_seqlen_k: int, *, causal: bool,
+                   scale: float | None, return_lse: bool, seqused_k: torch.Tensor | None,
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`flashrepro.attention_varlen`'s eager call: validate, launch, return (o, lse or
+    None); o (total_q, H, D) in q's dtype, lse (H, total_q) float32."""
+    validate_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                    causal=causal, scale=scale, return_lse=return_lse, seqused_k=seqused_k)
+    total_q, h, d = q.shape
+    total_k, h_kv = k.shape[0], k.shape[1]
+    batch = cu_seqlens_q.shape[0] - 1
+    o = torch.empty((total_q, h, d), dtype=q.dtype, device=q.device)
+    lse = (torch.empty((h, total_q), dtype=torch.float32, device=q.device) if return_lse
+           else None)
+    if o.numel() == 0 or batch == 0 or max_seqlen_q == 0:
+        return o, lse
+    if total_k == 0:  # no key for any row
+        o.zero_()
+        if lse is not None:
+            lse.fill_(float("-inf"))
+        return o, lse
+    cfg = varlen_config(d)
+    block_d = max(16, triton.next_power_of_2(d))
+    if not fits_int32(q, (2, block_d)):
+        q = q.contiguous()
+    if k.stride() != v.stride() or not all(
+            fits_int32(t, (0, cfg.block_n), (2, block_d)) for t in (k, v)):
+        k, v = k.contiguous(), v.contiguous()
+    sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    lse_arg = lse if lse is not None else _lse_dummy(q.device)
+    used = seqused_k.contiguous() if seqused_k is not None else cu_seqlens_k
+    with _on_device(q.device):  # B·H on gridDim.x: y and z stop at 65535
+        varlen_fwd_kernel[(batch * h, triton.cdiv(max_seqlen_q, cfg.block_m))](
+            q, k, v, o, lse_arg, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), used,
+            *q.stride(), *k.stride(), *o.stride(), lse_arg.stride(0),
+            h, h // h_kv, total_q, total_k, sm_scale * LOG2_E,
+            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+            CAUSAL=causal, STORE_LSE=lse is not None, HAS_SEQUSED_K=seqused_k is not None,
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    return o, lse

@@ -1,0 +1,369 @@
+"""flashrepro.attention_kvcache: short queries over a KV cache with per-sequence lengths
+(the split-KV decode kernel, :mod:`flashrepro.kernels.decode`).
+
+Parity against a float64 reference per sequence, with SDPA on the equivalent boolean mask as
+the peer (tests/varlen_reference.py). Cache rows past each sequence's length hold NaN, and
+every allocation inside the call (output, LSE, the split parts) starts as NaN, so a key read
+past its sequence or an element never written fails. Under the interpreter at tiny sizes;
+on the GPU at real sizes, bf16 included, and at the Qwen3 decode shape.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import flashrepro
+from flashrepro import launch_varlen, ops
+from flashrepro.kernels.decode import decode_combine_kernel, decode_fwd_kernel
+from tests.conftest import HAS_GPU, ON_EACH_MACHINE
+from tests.reference import compiled_kernels
+from tests.varlen_reference import (
+    assert_parity,
+    kvcache_reference,
+    kvcache_sdpa,
+    poisoned_allocations,
+)
+
+BACKEND = "inductor" if HAS_GPU else "aot_eager"
+
+
+def random_lengths(b: int, l_max: int, generator: torch.Generator | None = None) -> list[int]:
+    """B lengths in [0, L_max]: the first L_max, the last 0 (when B > 1), the rest random."""
+    lengths = torch.randint(0, l_max + 1, (b,), generator=generator).tolist()
+    lengths[0] = l_max
+    if b > 1:
+        lengths[-1] = 0
+    return lengths
+
+
+def make_cache(b: int, h: int, h_kv: int, lq: int, l_max: int, d: int, dtype: torch.dtype,
+               device: torch.device, seqused: list[int]):
+    """Fresh standard-normal q (B, H, Lq, D) and caches (B, H_kv, L_max, D) whose rows past
+    each sequence's length are NaN."""
+    q = torch.randn(b, h, lq, d, device=device, dtype=dtype)
+    k, v = (torch.randn(b, h_kv, l_max, d, device=device, dtype=dtype) for _ in range(2))
+    past = torch.arange(l_max, device=device) >= torch.tensor(seqused, device=device)[:, None]
+    for t in (k, v):
+        t.masked_fill_(past[:, None, :, None], float("nan"))
+    return q, k, v
+
+
+def check_kvcache(q, k, v, seqused: list[int], *, causal: bool, scale: float | None = None,
+                  num_splits: int | None = None, out: torch.Tensor | None = None) -> None:
+    """Run attention_kvcache with poisoned allocations (and a NaN ``out``) and assert parity
+    of o and lse."""
+    used = torch.tensor(seqused, dtype=torch.int32, device=q.device)
+    if out is not None:
+        out.fill_(float("nan"))
+    with poisoned_allocations():
+        o, lse = flashrepro.attention_kvcache(q, k, v, used, causal=causal, scale=scale,
+                                              enable_gqa=q.shape[1] != k.shape[1],
+                                              num_splits=num_splits, return_lse=True, out=out)
+    if out is not None:
+        assert o is out
+    ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=causal, scale=scale)
+    peer = kvcache_sdpa(q, k, v, seqused, causal=causal, scale=scale)
+    assert_parity(o, lse, ref, ref_lse, peer)
+
+
+# -- interpreter: tiny sizes, every path --
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("num_splits", [None, 1, 3])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("h,h_kv,lq", [(16, 8, 1), (16, 8, 3), (4, 1, 1), (4, 1, 9), (3, 3, 3),
+                                       (8, 1, 9)])
+def test_interpreter_parity(h: int, h_kv: int, lq: int, causal: bool,
+                            num_splits: int | None) -> None:
+    """GQA 16/8 and 4/1, MHA, 8/1 at Lq = 9 (72 packed rows: two row blocks); Lq 1 and more
+    (causal rows that see no key where a length is below Lq); lengths 0, L_max and between;
+    L_max = 70 (a ragged last block of 64; 3 splits of 2 blocks leave one empty), D = 40
+    (padded to 64)."""
+    seqused = [70, 2, 65, 0]
+    q, k, v = make_cache(4, h, h_kv, lq, 70, 40, torch.float16, torch.device("cpu"), seqused)
+    check_kvcache(q, k, v, seqused, causal=causal, num_splits=num_splits)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("num_splits", [1, 4])
+def test_interpreter_strided_inputs_and_out(num_splits: int) -> None:
+    """Caches as (B, L, H_kv, D) buffers seen transposed (a sequence-major cache), q a
+    transposed (B, Lq, H, D) view, a strided ``out``, a non-default scale."""
+    b, h, h_kv, lq, l_max, d = 3, 4, 2, 2, 50, 32
+    seqused = [50, 17, 1]
+    q, k, v = make_cache(b, h, h_kv, lq, l_max, d, torch.float16, torch.device("cpu"), seqused)
+    q_bshd = q.transpose(1, 2).contiguous().transpose(1, 2)
+    k_bshd, v_bshd = (t.transpose(1, 2).contiguous().transpose(1, 2) for t in (k, v))
+    out = torch.empty(b, lq, h, d, dtype=q.dtype).transpose(1, 2)
+    check_kvcache(q_bshd, k_bshd, v_bshd, seqused, causal=True, scale=0.3,
+                  num_splits=num_splits, out=out)
+
+
+@pytest.mark.interpreter
+def test_interpreter_k_and_v_of_different_strides() -> None:
+    """k sequence-major, v head-major: read through contiguous copies, same answer."""
+    seqused = [33, 9]
+    q, k, v = make_cache(2, 4, 2, 1, 40, 16, torch.float16, torch.device("cpu"), seqused)
+    k = k.transpose(1, 2).contiguous().transpose(1, 2)
+    check_kvcache(q, k, v, seqused, causal=True, num_splits=2)
+
+
+@pytest.mark.interpreter
+def test_interpreter_lengths_outside_the_cache_are_clamped() -> None:
+    """seqused_k below 0 reads no key, above L_max reads L_max keys (on the device, no
+    host check)."""
+    q, k, v = make_cache(3, 2, 2, 1, 20, 16, torch.float16, torch.device("cpu"), [20, 20, 20])
+    used = torch.tensor([-5, 1000, 7], dtype=torch.int32)
+    o, lse = flashrepro.attention_kvcache(q, k, v, used, causal=True, num_splits=2,
+                                          return_lse=True)
+    ref, ref_lse = kvcache_reference(q, k, v, [0, 20, 7], causal=True)
+    assert_parity(o, lse, ref, ref_lse, kvcache_sdpa(q, k, v, [0, 20, 7], causal=True))
+
+
+@pytest.mark.parametrize("device", ON_EACH_MACHINE)
+def test_empty_sizes(device: str) -> None:
+    """B, H or Lq of 0 give empty outputs; L_max = 0 gives o = 0 and lse = -inf."""
+    dev = torch.device(device)
+    for b, h, lq, l_max in [(0, 2, 1, 8), (2, 0, 1, 8), (2, 2, 0, 8), (2, 2, 3, 0)]:
+        q = torch.randn(b, h, lq, 16, device=dev).half()
+        k = torch.randn(b, h, l_max, 16, device=dev).half()
+        used = torch.zeros(b, dtype=torch.int32, device=dev)
+        o, lse = flashrepro.attention_kvcache(q, k, k, used, causal=True, return_lse=True)
+        assert o.shape == q.shape and lse.shape == (b, h, lq)
+        assert (o == 0).all() and (lse == float("-inf")).all()
+
+
+def test_return_lse_false_returns_the_output_alone(device: torch.device) -> None:
+    q, k, v = make_cache(2, 4, 2, 1, 24, 16, torch.float16, device, [24, 3])
+    used = torch.tensor([24, 3], dtype=torch.int32, device=device)
+    o = flashrepro.attention_kvcache(q, k, v, used, enable_gqa=True)
+    assert isinstance(o, torch.Tensor) and o.shape == q.shape
+
+
+# -- input rules --
+
+@pytest.mark.parametrize("bad,error,match", [
+    (dict(seqused_k=[3, 4]), TypeError, "seqused_k must be an int32 torch.Tensor"),
+    (dict(seqused_k="int64"), TypeError, "seqused_k must have dtype int32"),
+    (dict(seqused_k="shape"), ValueError, r"seqused_k must have shape \(B,\)"),
+    (dict(seqused_k="meta"), ValueError, "seqused_k must be on q's device"),
+    (dict(num_splits=0), ValueError, "num_splits must be in 1..65535"),
+    (dict(num_splits=True), TypeError, "num_splits must be None or an int"),
+    (dict(num_splits=2.0), TypeError, "num_splits must be None or an int"),
+    (dict(enable_gqa=False), ValueError, "enable_gqa"),
+    (dict(return_lse=1), TypeError, "return_lse must be a bool"),
+    (dict(causal=1), TypeError, "causal must be a bool"),
+    (dict(scale=-1.0), ValueError, "scale must be a finite number"),
+])
+def test_bad_input_is_refused_by_name(bad: dict, error: type, match: str,
+                                      device: torch.device) -> None:
+    q, k, v = make_cache(2, 4, 2, 1, 16, 16, torch.float16, device, [16, 16])
+    args = dict(seqused_k=torch.tensor([16, 5], dtype=torch.int32, device=device),
+                causal=True, enable_gqa=True)
+    args.update(bad)
+    used = args.pop("seqused_k")
+    if isinstance(used, str):
+        used = {"int64": torch.tensor([16, 5], device=device),
+                "shape": torch.tensor([16, 5, 1], dtype=torch.int32, device=device),
+                "meta": torch.empty(2, dtype=torch.int32, device="meta")}[used]
+    with pytest.raises(error, match=match):
+        flashrepro.attention_kvcache(q, k, v, used, **args)
+
+
+def test_split_count_fills_whole_waves() -> None:
+    """The split choice (shapes only): one split once the grid fills 80 % of a wave or the
+    cache has at most 4 key blocks; at most MAX_SPLITS and the key blocks; else, where
+    splitting can give two waves or more, a grid whose waves are at least 70 % full on
+    average (132 SMs, waves of 132·RESIDENT_PROGRAMS; only counts that change the blocks per
+    split are taken, so not every wave count is reachable)."""
+    choose = launch_varlen.num_kv_splits
+    slots = 132 * launch_varlen.RESIDENT_PROGRAMS
+    assert choose(slots, 512, 132) == choose(int(0.8 * slots) + 1, 512, 132) == 1
+    assert choose(8, 4, 132) == 1
+    # 16 key blocks: eligible counts 1, 2, 3, 4, 6, 8, 16; 8·16 programs are the best < 1 wave
+    assert choose(8, 16, 132) == 16
+    for programs in range(1, int(0.8 * slots)):
+        for key_blocks in (5, 64, 512, 4096):
+            splits = choose(programs, key_blocks, 132)
+            assert 1 <= splits <= min(launch_varlen.MAX_SPLITS, key_blocks)
+            waves = programs * splits / slots
+            if programs * min(launch_varlen.MAX_SPLITS, key_blocks) >= 2 * slots:
+                assert waves / -(-waves // 1) >= 0.7, (programs, key_blocks, splits)
+
+
+@pytest.mark.parametrize("kernel,lengths", [
+    (decode_fwd_kernel, {"kv_group", "seqlen_q", "max_seqlen_k", "num_splits"}),
+    (decode_combine_kernel, {"seqlen_q", "num_splits"}),
+])
+def test_lengths_are_not_specialized(kernel, lengths: set[str]) -> None:
+    """The kernels' length and split arguments are runtime ints (do_not_specialize): Triton
+    would otherwise compile anew for a value of 1 or one divisible by 16."""
+    names = getattr(kernel, "do_not_specialize", None)
+    if names is None:  # the interpreter's function keeps the decorator's arguments
+        names = kernel.kwargs["do_not_specialize"]
+    assert lengths <= set(names)
+
+
+# -- torch ops: opcheck, compile, export --
+
+def _case(device: torch.device, seqused: tuple[int, ...] = (24, 0, 9)):
+    seqused = list(seqused)
+    q, k, v = make_cache(3, 4, 2, 2, 24, 16, torch.float16, device, seqused)
+    return q, k, v, torch.tensor(seqused, dtype=torch.int32, device=device), seqused
+
+
+@pytest.mark.parametrize("num_splits", [None, 3])
+def test_opcheck(num_splits: int | None, device: torch.device) -> None:
+    q, k, v, used, _ = _case(device)
+    torch.library.opcheck(ops.attention_kvcache, (q, k, v, used, True, None, True, num_splits))
+    torch.library.opcheck(ops.attention_kvcache, (q, k, v, used, False, 0.2, True, None))
+
+
+def test_fake_refuses_bad_input(device: torch.device) -> None:
+    q, k, v, used, _ = _case(device)
+    with torch._subclasses.FakeTensorMode() as mode:
+        fq, fk, fv, fused = (mode.from_tensor(t) for t in (q, k, v, used))
+        with pytest.raises(TypeError, match="seqused_k must have dtype int32"):
+            ops.attention_kvcache(fq, fk, fv, fused.long(), True, None, True, None)
+        o, lse = ops.attention_kvcache(fq, fk, fv, fused, True, None, True, None)
+        assert o.shape == q.shape and lse.shape == q.shape[:3]
+
+
+def test_compile_fullgraph(device: torch.device) -> None:
+    """torch.compile(fullgraph=True): no graph break, the right answer on fresh inputs and
+    new lengths (one compile: the lengths are tensor data), out= written by a copy."""
+    torch._dynamo.reset()
+    compiles = []
+
+    def backend(gm, example_inputs):
+        compiles.append(gm)
+        return torch._dynamo.backends.registry.lookup_backend(BACKEND)(gm, example_inputs)
+
+    def f(q, k, v, used, out):
+        return flashrepro.attention_kvcache(q * 1.0, k, v, used, causal=True, enable_gqa=True,
+                                            return_lse=True, out=out)
+
+    compiled = torch.compile(f, fullgraph=True, backend=backend)
+    for lengths in ((24, 0, 9), (1, 24, 13)):
+        q, k, v, used, seqused = _case(device, lengths)
+        out = torch.full_like(q, float("nan"))
+        o, lse = compiled(q, k, v, used, out)
+        assert o is out
+        ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=True)
+        assert_parity(o, lse, ref, ref_lse, kvcache_sdpa(q, k, v, seqused, causal=True))
+    assert len(compiles) == 1
+
+
+def test_export(device: torch.device) -> None:
+    class Decode(torch.nn.Module):
+        def forward(self, q, k, v, used):
+            return flashrepro.attention_kvcache(q, k, v, used, causal=True, enable_gqa=True)
+
+    q, k, v, used, _ = _case(device)
+    program = torch.export.export(Decode(), (q, k, v, used))
+    targets = {str(n.target) for n in program.graph.nodes if n.op == "call_function"}
+    assert "flashrepro.attention_kvcache.default" in targets, targets
+    q, k, v, used, seqused = _case(device)
+    ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=True)
+    assert_parity(program.module()(q, k, v, used), None, ref, ref_lse,
+                  kvcache_sdpa(q, k, v, seqused, causal=True))
+
+
+# -- GPU: real sizes --
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("lq", [1, 4, 16])
+@pytest.mark.parametrize("h,h_kv,d", [(16, 8, 128), (4, 1, 64), (32, 8, 256), (8, 8, 80)])
+@pytest.mark.parametrize("num_splits", [None, 1, 5])
+def test_gpu_parity(h: int, h_kv: int, d: int, lq: int, causal: bool, dtype: torch.dtype,
+                    num_splits: int | None) -> None:
+    generator = torch.Generator().manual_seed(h * 1000 + lq)
+    seqused = random_lengths(6, 1000, generator)
+    q, k, v = make_cache(6, h, h_kv, lq, 1000, d, dtype, torch.device("cuda"), seqused)
+    check_kvcache(q, k, v, seqused, causal=causal, num_splits=num_splits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("l_max", [1024, 8192, 32768])
+@pytest.mark.parametrize("b", [1, 16, 64])
+def test_gpu_qwen3_decode_shape(b: int, l_max: int) -> None:
+    """Qwen3's decode: H = 16, H_kv = 8, D = 128, bf16, Lq = 1, the split count chosen from
+    the shapes; lengths L_max, 0 and random."""
+    seqused = random_lengths(b, l_max)
+    q, k, v = make_cache(b, 16, 8, 1, l_max, 128, torch.bfloat16, torch.device("cuda"),
+                         seqused)
+    check_kvcache(q, k, v, seqused, causal=True)
+
+
+@pytest.mark.gpu
+def test_gpu_new_lengths_and_cache_sizes_compile_nothing() -> None:
+    """After a first call, new seqused_k values and new L_max (same B, H, D, dtype and split
+    regime) launch the kernels already compiled."""
+    device = torch.device("cuda")
+
+    def call(l_max: int, seqused: list[int]) -> None:
+        q, k, v = make_cache(2, 16, 8, 1, l_max, 128, torch.bfloat16, device, seqused)
+        used = torch.tensor(seqused, dtype=torch.int32, device=device)
+        flashrepro.attention_kvcache(q, k, v, used, causal=True, enable_gqa=True,
+                                     return_lse=True)
+
+    call(4096, [4096, 17])
+    before = (len(compiled_kernels(decode_fwd_kernel)),
+              len(compiled_kernels(decode_combine_kernel)))
+    for l_max, seqused in [(4096, [1, 4000]), (4097, [4097, 0]), (5000, [33, 4999]),
+                           (8192, [8192, 1])]:
+        call(l_max, seqused)
+    after = (len(compiled_kernels(decode_fwd_kernel)),
+             len(compiled_kernels(decode_combine_kernel)))
+    assert after == before
+
+
+@pytest.mark.gpu
+def test_gpu_cuda_graph_replay_with_new_lengths() -> None:
+    """The call syncs nothing (sync debug mode "error"), is captured in a CUDA graph, and a
+    replay after new lengths are copied into seqused_k gives the new answer."""
+    device = torch.device("cuda")
+    seqused = [4096, 100]
+    q, k, v = make_cache(2, 16, 8, 1, 4096, 128, torch.bfloat16, device, [4096, 4096])
+    used = torch.tensor(seqused, dtype=torch.int32, device=device)
+
+    def call():
+        return flashrepro.attention_kvcache(q, k, v, used, causal=True, enable_gqa=True,
+                                            return_lse=True)
+
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        call()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        o, lse = call()
+    for seqused in ([7, 4096], [0, 2500]):
+        used.copy_(torch.tensor(seqused, dtype=torch.int32))
+        o.fill_(float("nan"))
+        graph.replay()
+        ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=True)
+        assert_parity(o, lse, ref, ref_lse, kvcache_sdpa(q, k, v, seqused, causal=True))
+
+
+@pytest.mark.gpu
+def test_gpu_compile_reduce_overhead() -> None:
+    """mode="reduce-overhead" (CUDA graphs): replays on new inputs and lengths are right."""
+    torch._dynamo.reset()
+    device = torch.device("cuda")
+
+    def f(q, k, v, used):
+        return flashrepro.attention_kvcache(q, k, v, used, causal=True, enable_gqa=True) * 2.0
+
+    compiled = torch.compile(f, mode="reduce-overhead", fullgraph=True)
+    for _ in range(4):  # warm-up, record, replays
+        seqused = random_lengths(4, 2048)
+        q, k, v = make_cache(4, 16, 8, 1, 2048, 128, torch.bfloat16, device, seqused)
+        used = torch.tensor(seqused, dtype=torch.int32, device=device)
+        o = compiled(q, k, v, used).clone() / 2.0
+        ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=True)
+        assert_parity(o, None, ref, ref_lse, kvcache_sdpa(q, k, v, seqused, causal=True))
