@@ -156,6 +156,31 @@ def test_write_error_names_the_option(tmp_path: Path) -> None:
         outputs.write_text("--summary", blocker / "x.md", "text")
 
 
+def test_atomic_write_keeps_the_old_file_on_failure_and_its_mode(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails halfway leaves the old file whole and no temporary file; a written
+    file keeps the old one's permission bits; a symbolic link is written through."""
+    path = tmp_path / "baseline.json"
+    path.write_text("old")
+    path.chmod(0o640)
+    real_fsync = os.fsync
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(outputs.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        outputs.write_atomic(path, "new" * 1000)
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == [path.name]
+    monkeypatch.setattr(outputs.os, "fsync", real_fsync)
+    outputs.write_atomic(path, "new")
+    assert path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o640
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    outputs.write_atomic(link, "through")
+    assert link.is_symlink() and path.read_text() == "through"
+
+
 # -- refusals instead of silent no-ops --
 
 def test_reproduce_out_without_a_gpu_says_nothing_is_written(

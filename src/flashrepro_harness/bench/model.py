@@ -73,6 +73,7 @@ from tabulate import tabulate
 
 from flashrepro_harness import env
 from flashrepro_harness.bench.reproduce import SCHEMA, results_dir
+from flashrepro_harness.outputs import replaced_on_success, write_atomic
 
 IMPLS = ["frepro", "sdpa-cudnn", "sdpa-flash", "fa4"]
 """Every implementation the benchmark knows, in table order."""
@@ -545,7 +546,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     axes.flat[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with replaced_on_success(path) as tmp:
+        fig.savefig(tmp, dpi=110)
 
 
 def max_abs_diff(a: torch.Tensor, b: torch.Tensor, chunk: int = 1024) -> float:
@@ -768,8 +770,8 @@ def write_results(out_dir: Path, results: dict[str, Any]) -> None:
     """``model.json``, ``model.md`` (:func:`markdown`) and ``model.png`` (:func:`plot`, needs
     matplotlib: the ``plot`` extra) under ``out_dir`` from a results dict (what :func:`run`
     measures or :func:`merge` joins)."""
-    (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    (out_dir / "model.md").write_text(markdown(results))
+    write_atomic(out_dir / "model.json", json.dumps(results, indent=1, default=str) + "\n")
+    write_atomic(out_dir / "model.md", markdown(results))
     if results["rows"]:
         plot(results["rows"], out_dir / "model.png", results_caption(results))
 

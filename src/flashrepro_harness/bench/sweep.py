@@ -29,6 +29,7 @@ from flashrepro_harness.bench import impls as K
 from flashrepro_harness.bench import peers
 from flashrepro_harness.bench.reproduce import SCHEMA, results_dir
 from flashrepro_harness.bench.timing import interleaved_rounds
+from flashrepro_harness.outputs import replaced_on_success, write_atomic
 from flashrepro_harness.problem import Problem, add_grid_arguments
 from flashrepro_harness.progress import progress
 
@@ -132,7 +133,8 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
     axes.flat[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with replaced_on_success(path) as tmp:
+        fig.savefig(tmp, dpi=110)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -165,9 +167,9 @@ def run(args: argparse.Namespace) -> int:
                "points": points}
     out_dir = results_dir(args.out, environment["gpu"]["key"])
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_atomic(out_dir / "bench.json", json.dumps(results, indent=1) + "\n")
     text = caption(environment, args.tokens)
-    (out_dir / "bench.md").write_text(f"# Sweep\n\n{text}\n\n{table(points, 'github')}\n")
+    write_atomic(out_dir / "bench.md", f"# Sweep\n\n{text}\n\n{table(points, 'github')}\n")
     plot(points, out_dir / "bench.png", text)
     print(table(points, "simple"))
     print(text)

@@ -25,6 +25,7 @@ from flashrepro_harness import env
 from flashrepro_harness.bench import impls as K
 from flashrepro_harness.bench import peers
 from flashrepro_harness.bench.timing import interleaved_rounds
+from flashrepro_harness.outputs import write_atomic
 from flashrepro_harness.problem import Problem, add_grid_arguments
 from flashrepro_harness.progress import progress
 
@@ -212,6 +213,6 @@ def run(args: argparse.Namespace) -> int:
         print(tabulate(rows, ["config", "µs", "note"], tablefmt="simple"))
         table[key] = cfg.as_dict()
     if args.write:
-        TUNED_TABLE.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
+        write_atomic(TUNED_TABLE, json.dumps(dict(sorted(table.items())), indent=1) + "\n")
         print(f"wrote {TUNED_TABLE}")
     return 0
