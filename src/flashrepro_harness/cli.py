@@ -13,7 +13,7 @@ import sys
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("flashrepro_harness.env",
                "report the GPU, driver, CUDA, torch and triton seen here"),
-    "reproduce": ("flashrepro_harness.gate.reproduce",
+    "reproduce": ("flashrepro_harness.commands.reproduce",
                   "the article run: timings vs torch, SASS table"),
     "bench": ("flashrepro_harness.bench.sweep",
               "L x D x causal x dtype sweep vs torch; table + plot"),
@@ -23,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "profile": ("flashrepro_harness.bench.profile",
                 "Nsight Compute: memory ladder, executed counts (docs/article.md)"),
     "sass": ("flashrepro_harness.analysis.sass", "SASS counts per arch vs model, article, golden"),
-    "gate": ("flashrepro_harness.gate.command",
+    "gate": ("flashrepro_harness.commands.gate",
              "judge a results JSON: by its reference twins, else its per-GPU baseline"),
     "readme": ("flashrepro_harness.readme",
                "check or rewrite README.md's tables from the results JSON"),

@@ -3,8 +3,9 @@ committed results JSON (``reproduce/results/<gpu>/reproduce.json``, and ``model.
 Qwen3 prefill table).
 
 Each table sits between ``<!-- begin: NAME -->`` and ``<!-- end: NAME -->`` in README.md;
-``--write`` replaces what is there, ``--check`` exits 1 when it differs (tests/test_readme.py
-runs the check). Rows and columns come from the data: every record timed is a row (a record
+``--write`` replaces what is there (atomically), ``--check`` exits 1 when it differs
+(tests/test_readme.py runs the check); a file that cannot be read or used exits 4 with its
+name and the reason. Rows and columns come from the data: every record timed is a row (a record
 named ``fa4-cute`` appears as one), and the optional per-record fields ``host_us`` (host µs per
 call) and ``eager_us`` (µs per call, eager back to back) become columns once any record has
 them.
@@ -15,12 +16,14 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
 from tabulate import tabulate
 
 from flashrepro_harness.bench.model import gpu_busy, ratio_round_ranges
+from flashrepro_harness.outputs import write_atomic
 from flashrepro_harness.paths import CHECKOUT, checkout_path
 from flashrepro_harness.results import REFERENCE_PREFIX
 
@@ -51,9 +54,11 @@ def _num(value: float | None, digits: int = 1) -> str:
 def headline(results: dict[str, Any]) -> str:
     """The article-config table: one row per kernel, for each mode its µs and its time ratio to
     torch flash in the same rounds; optional fields as extra columns of the causal mode. The
-    gate's reference twins (``reference:<name>``, docs/gate.md) are left out.
+    gate's reference twins (``reference:<name>``, docs/gate.md) are left out. A record marked
+    ``skipped`` (a peer that does not import here) or ``failed`` shows that word in its µs cell.
 
-    Raises KeyError if a record lacks ``name``, ``median_us`` or ``ratio_vs_torch_flash``."""
+    Raises KeyError if a timed record lacks ``name``, ``median_us`` or
+    ``ratio_vs_torch_flash``."""
     rows: dict[str, dict[str, Any]] = {}
     modes = [s for s in MODES if any(_split(r["name"])[1] == s for r in results["records"])]
     extra = [k for k in OPTIONAL if any(k in r for r in results["records"])]
@@ -77,6 +82,10 @@ def headline(results: dict[str, Any]) -> str:
             if suffix == " (mma.sync)":
                 continue
             rec = row.get(suffix) or (row.get(" (mma.sync)") if suffix == "" else None)
+            state = next((k for k in ("failed", "skipped") if rec and k in rec), None)
+            if state:
+                line += [state, ""]
+                continue
             line += [_num(rec["median_us"]) if rec else "",
                      _num(rec["ratio_vs_torch_flash"], 3) if rec else ""]
         first = next(v for k, v in row.items() if k != "kernel")
@@ -202,14 +211,53 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+UNUSABLE = 4
+"""Exit code for a file that cannot be read or used (the gate's BAD_INPUT)."""
+
+
+def _read(option: str, path: Path, parse: bool = True) -> Any:
+    """The text (or, with ``parse``, the JSON) of ``path``; OSError and ValueError (not UTF-8,
+    not JSON) name ``option`` and the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text) if parse else text
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{option} {path}: cannot read it: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from exc
+
+
+def _rendered(args: argparse.Namespace) -> tuple[str, str]:
+    """(README's text, its text with the generated tables).
+
+    Raises:
+        ValueError: a file cannot be read, or the tables cannot be made from the results
+            (the message names the files)."""
+    text = _read("--readme", args.readme, parse=False)
+    results = _read("--results", args.results)
+    model_results = _read("--model-results", args.model_results)
+    try:
+        return text, render(text, results, model_results)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise ValueError(f"cannot make the tables from --results {args.results} and "
+                         f"--model-results {args.model_results} into --readme {args.readme}: "
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
 def run(args: argparse.Namespace) -> int:
-    """Check or write; returns 0, or 1 when ``--check`` finds a difference."""
-    text = args.readme.read_text()
-    new = render(text, json.loads(args.results.read_text()),
-                 json.loads(args.model_results.read_text()))
-    if args.write:
-        args.readme.write_text(new)
-        return 0
+    """Check or write; returns 0, 1 when ``--check`` finds a difference, 4 when a file cannot
+    be read, used or written (the message names it)."""
+    try:
+        text, new = _rendered(args)
+        if args.write:
+            write_atomic(args.readme, new)
+            return 0
+    except ValueError as exc:
+        print(f"readme: {exc}", file=sys.stderr)
+        return UNUSABLE
+    except OSError as exc:
+        print(f"readme: --readme {args.readme}: cannot write it: {exc.strerror or exc}",
+              file=sys.stderr)
+        return UNUSABLE
     if new != text:
         print(f"readme: tables in {_shown(args.readme)} differ from {_shown(args.results)} and "
               f"{_shown(args.model_results)}; run `python -m flashrepro_harness readme --write`")

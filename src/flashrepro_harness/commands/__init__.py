@@ -1,0 +1,1 @@
+"""The subcommands of ``flashrepro``, one module each (``add_arguments``, ``run``)."""
