@@ -14,7 +14,7 @@ without ``TRITON_INTERPRET``). It shows that
 4. ``flashrepro reproduce`` on a CPU prints the SASS table (exit 0);
 5. ``flashrepro gate --results R --baseline-dir B`` judges the committed results (exit 0);
 6. the commands that need a checkout say what is missing without a traceback:
-   ``readme --check`` names README.md and ``--readme`` (exit 2), and ``gate`` on a results
+   ``readme --check`` names README.md and ``--readme`` (exit 4), and ``gate`` on a results
    file without reference twins names the baseline it looked for (exit 2).
 
 Exit 0 and one line per check on success; an AssertionError otherwise.
@@ -99,10 +99,10 @@ def check_gate(results: Path, baseline_dir: Path) -> None:
 def check_needs_checkout(results: Path) -> None:
     run = flashrepro("readme", "--check")
     missing = Path.cwd() / "README.md"
-    assert run.returncode == 2, _show(run)
+    assert run.returncode == 4, _show(run)
     assert f"--readme: no such file: {missing}" in run.stderr and "Traceback" not in run.stderr, \
         _show(run)
-    print(f"readme outside a checkout: exit 2, {run.stderr.splitlines()[0]}")
+    print(f"readme outside a checkout: exit 4, {run.stderr.splitlines()[0]}")
     data = json.loads(results.read_text())  # without its twins the gate needs the baseline
     data["records"] = [r for r in data["records"] if not r["name"].startswith("reference:")]
     data.pop("reference", None)

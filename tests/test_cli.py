@@ -8,6 +8,7 @@ a command would compile.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -220,6 +221,31 @@ def test_write_error_names_the_option(tmp_path: Path) -> None:
         outputs.write_text("--summary", blocker / "x.md", "text")
 
 
+def test_atomic_write_keeps_the_old_file_on_failure_and_its_mode(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails halfway leaves the old file whole and no temporary file; a written
+    file keeps the old one's permission bits; a symbolic link is written through."""
+    path = tmp_path / "baseline.json"
+    path.write_text("old")
+    path.chmod(0o640)
+    real_fsync = os.fsync
+
+    def full_disk(fd: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(outputs.os, "fsync", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        outputs.write_atomic(path, "new" * 1000)
+    assert path.read_text() == "old" and [p.name for p in tmp_path.iterdir()] == [path.name]
+    monkeypatch.setattr(outputs.os, "fsync", real_fsync)
+    outputs.write_atomic(path, "new")
+    assert path.read_text() == "new" and path.stat().st_mode & 0o777 == 0o640
+    link = tmp_path / "link.json"
+    link.symlink_to(path)
+    outputs.write_atomic(link, "through")
+    assert link.is_symlink() and path.read_text() == "through"
+
+
 # -- refusals instead of silent no-ops --
 
 def test_reproduce_out_without_a_gpu_says_nothing_is_written(
@@ -333,6 +359,7 @@ def test_gate_verdict_json_is_written_not_the_input(tmp_path: Path) -> None:
 
 # -- nox -s docker: a client that cannot build --
 
+@functools.cache
 def _noxfile() -> Any:
     """noxfile.py as a module; the test is skipped where nox is not installed (a bare GPU host
     runs the suite with plain pytest)."""
@@ -381,11 +408,11 @@ def test_docker_client_without_buildx_is_explained(tmp_path: Path,
 @pytest.mark.parametrize("flag", ["--gate", "--update-baseline"])
 def test_gated_reproduce_refuses_too_few_rounds(flag: str,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    """The gate's statistics need MIN_SAMPLES rounds: fewer is refused up front with the rule,
-    not a ValueError from the statistics after the timing."""
-    assert cli_main(["reproduce", "--no-sass", flag, "--rounds", "3"]) == 2
-    assert "need --rounds >= 5 (the gate's statistics take one sample per round), got 3" in (
-        capsys.readouterr().err)
+    """The gate's test needs MIN_SAMPLES rounds to be able to reject: fewer is refused up front
+    with the rule, not judged "inconclusive" after the timing."""
+    assert cli_main(["reproduce", "--no-sass", flag, "--rounds", "5"]) == 2
+    err = capsys.readouterr().err
+    assert "need --rounds >= 6: at fewer rounds the one-sided Wilcoxon" in err and "got 5" in err
 
 
 @pytest.mark.parametrize("url,label", [

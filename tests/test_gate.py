@@ -17,7 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from flashrepro_harness.cli import COMMANDS
-from flashrepro_harness.gate import ExitCode, ResultsError, check, command, compare, update_baseline
+from flashrepro_harness.commands import gate as command
+from flashrepro_harness.gate import ExitCode, ResultsError, check, compare, update_baseline
 from flashrepro_harness.gate.baseline import SCHEMA, problem_key
 from flashrepro_harness.gate.inject import ENV_VAR, requested
 from flashrepro_harness.gate.simulate import (
@@ -309,11 +310,11 @@ def test_drift_against_the_oldest_history_entry(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("mutate", "message"), [
-    (lambda r: r["records"].pop(), "no 'torch-flash' record"),
+    (lambda r: r["records"].pop(), "no timed 'torch-flash' record"),
     (lambda r: r["records"][0]["round_medians_us"].pop(), "per-round ratios need"),
     (lambda r: r["env"].update(gpu=None), "saw no GPU"),
     (lambda r: r["records"][0].update(name="other"), "none of the records"),
-    (lambda r: r.pop("problem"), "top-level keys"),
+    (lambda r: r.pop("problem"), "'problem' must be an object"),
 ])
 def test_unusable_results_are_refused(tmp_path: Path, mutate, message: str) -> None:
     r = _run(1)
@@ -364,6 +365,7 @@ def test_cli_exit_codes_summary_and_results(tmp_path: Path,
     step.write_text("earlier step\n")
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
     bdir = tmp_path / "baselines"
+    bdir.mkdir()
     args = ["gate", "--baseline-dir", str(bdir)]
     res = _write(tmp_path / "r.json", _run(1))
     verdict = tmp_path / "verdicts" / "v.json"
@@ -388,7 +390,7 @@ def test_cli_exit_codes_summary_and_results(tmp_path: Path,
     other = _write(tmp_path / "o.json", _run(2, env=synthetic_env(triton="3.7.0")))
     assert cli_main([*args, "--results", str(other)]) == ExitCode.ENV_MISMATCH
     assert cli_main([*args, "--results", str(other), "--allow-env-mismatch"]) == ExitCode.PASS
-    assert cli_main([*args, "--results", str(other), "--threshold", "0.5"]) == \
+    assert cli_main([*args, "--results", str(other), "--threshold", "0.1"]) == \
         ExitCode.ENV_MISMATCH
 
 
@@ -399,9 +401,18 @@ def test_cli_bad_input(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     assert cli_main(["gate", "--results", str(res)]) == ExitCode.BAD_INPUT
     assert "torch-flash" in capsys.readouterr().err
     assert cli_main(["gate", "--results", str(tmp_path / "missing.json")]) == ExitCode.BAD_INPUT
-    with pytest.raises(SystemExit):
-        cli_main(["gate", "--results", str(res), "--threshold", "3"])
-    assert "--threshold must be in [0, 1)" in capsys.readouterr().err
+    for value in ("3", "0.11"):
+        with pytest.raises(SystemExit):
+            cli_main(["gate", "--results", str(res), "--threshold", value])
+        assert "--threshold must be in [0, 0.1]" in capsys.readouterr().err
+
+
+def test_cli_caps_agree_with_the_statistics() -> None:
+    """commands.gate keeps its own copies of the caps (its --help imports no statistics)."""
+    from flashrepro_harness.gate import stats
+
+    assert (command.MAX_THRESHOLD, command.MAX_CONFIDENCE) == (stats.MAX_THRESHOLD,
+                                                             stats.MAX_CONFIDENCE)
 
 
 # -- the slowdown test hook (its GPU part runs in scripts/gate_experiment.py) -------------------
@@ -590,6 +601,8 @@ def test_measure_writes_results_the_gate_reads(tmp_path: Path,
         return {n: list(means[n] * (1 + 0.005 * rng.standard_normal(rounds))) for n in fns}
 
     monkeypatch.setattr(m, "interleaved_rounds", fake_rounds)
+    monkeypatch.setattr(m, "output_errors", lambda causal, fns, inputs: {n: 4e-4 for n in fns})
+    monkeypatch.setattr(m.Problem, "inputs", lambda self, seed=0: None)
     monkeypatch.delenv(ENV_VAR, raising=False)
     problem = _run(1)["problem"]
     fns = {"flashrepro": lambda: None, "torch-flash": lambda: None}
@@ -732,6 +745,7 @@ def test_the_baseline_path_is_shown_relative_to_the_checkout(tmp_path: Path) -> 
     outside it by its absolute path."""
     from flashrepro_harness.results import BASELINE_DIR
 
+    (tmp_path / "none").mkdir()
     outside = check(_run(2), tmp_path / "none")
     assert outside.as_dict()["baseline"] == str(outside.baseline_path)
     assert outside.as_dict()["baseline"].startswith(str(tmp_path))

@@ -75,11 +75,18 @@ def test_a_three_percent_code_slowdown_fails_even_with_a_fast_baseline(baseline_
 
 
 def test_paired_runs_are_judged_without_a_committed_baseline(tmp_path: Path) -> None:
+    """A baseline folder without this GPU's file: the pair alone decides. A missing folder is
+    refused (a misspelled --baseline-dir must not pass)."""
+    from flashrepro_harness.gate import BaselineError
+
     rng = np.random.default_rng(3)
-    ok = check(_results(_rounds(rng)), tmp_path / "none")
-    slow = check(_results(_rounds(rng, slowdown=0.05)), tmp_path / "none")
+    (tmp_path / "empty").mkdir()
+    ok = check(_results(_rounds(rng)), tmp_path / "empty")
+    slow = check(_results(_rounds(rng, slowdown=0.05)), tmp_path / "empty")
     assert (ok.exit_code, slow.exit_code) == (ExitCode.PASS, ExitCode.REGRESSION)
     assert any("paired reference alone" in w for w in ok.warnings)
+    with pytest.raises(BaselineError, match="no such folder"):
+        check(_results(_rounds(rng)), tmp_path / "none")
 
 
 def test_an_environment_change_leaves_the_pair_judged(baseline_dir: Path) -> None:
@@ -133,7 +140,7 @@ def test_compare_paired_at_the_threshold_is_not_flagged(seed: int) -> None:
 
 @pytest.mark.parametrize(("cur", "ref", "match"), [
     ([1.0] * 10, [1.0] * 9, "same rounds"),
-    ([1.0] * 4, [1.0] * 4, "at least 5"),
+    ([1.0] * 5, [1.0] * 5, "at least 6"),
     ([1.0] * 9 + [float("nan")], [1.0] * 10, "finite"),
 ])
 def test_compare_paired_rejects_unusable_samples(cur: list[float], ref: list[float],

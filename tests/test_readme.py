@@ -145,11 +145,11 @@ def test_readme_command_says_what_it_checked(tmp_path, capsys) -> None:
 def test_readme_command_names_a_missing_file_and_its_option(option: str, tmp_path,
                                                             capsys) -> None:
     """Outside a checkout README.md and the results are missing: the command names the file
-    and the option that takes its path, exit 2, no traceback."""
+    and the option that takes its path, exit 4 (unusable input), no traceback."""
     from flashrepro_harness.cli import main
 
     missing = tmp_path / "nowhere" / "file"
-    assert main(["readme", "--check", option, str(missing)]) == 2
+    assert main(["readme", "--check", option, str(missing)]) == 4
     err = capsys.readouterr().err
     assert err.startswith(f"readme: {option}: no such file: {missing}")
     assert f"give the path with {option}" in err and "Traceback" not in err

@@ -78,6 +78,38 @@ def test_mma_sync_child_records(cpu_measure: dict[str, list[float]]) -> None:
     assert records["flashrepro (mma.sync)"]["config"]["tma"] is False  # sm_80's choice
 
 
+def test_every_pairable_row_is_a_product_row() -> None:
+    """The rows reproduce pairs with a reference are the ones the gate treats as the product
+    (never skipped, a twin required in a paired run), and only those."""
+    from flashrepro_harness.results import PRODUCT_RECORDS, is_product
+
+    assert set(K.PAIRABLE) == set(PRODUCT_RECORDS)
+    assert not [n for n in [*K.TORCH_BACKENDS, *peers.PEERS] if is_product(n)]
+    assert is_product("flashrepro-new (mma.sync)") and not is_product("reference:flashrepro")
+
+
+def test_a_raising_flashrepro_row_is_failed_a_raising_torch_row_skipped(
+        cpu_measure: dict[str, list[float]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flashrepro row whose first call raises is recorded ``failed`` with the error, never
+    ``skipped``; torch's rows that cannot run here are skipped (cuDNN on the CPU)."""
+    import flashrepro
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: out of memory")
+
+    monkeypatch.setattr(flashrepro, "attention", broken)
+    records = {r["name"]: r for r in R.measure(PROBLEM, ["flashrepro", "article-kernel",
+                                                         "torch-flash", "torch-cudnn"],
+                                                rounds=2, calls=1)}
+    assert records["flashrepro"] == {
+        "name": "flashrepro", "description": K.DESCRIPTIONS["flashrepro"], "causal": True,
+        "failed": "RuntimeError: CUDA error: out of memory"}
+    assert "skipped" in records["torch-cudnn"] and "failed" not in records["torch-cudnn"]
+    assert records["article-kernel"]["max_abs_err"] < records["article-kernel"]["tolerance"]
+    with pytest.raises(K.KernelFailed, match="flashrepro failed: RuntimeError"):
+        K.available("flashrepro", PROBLEM.inputs(), True)
+
+
 def test_non_causal_twin_records(cpu_measure: dict[str, list[float]]) -> None:
     twin = Problem(**{**PROBLEM.as_dict(), "causal": False})
     records = R.measure(twin, ["flashrepro", "torch-flash"], rounds=3, calls=1,

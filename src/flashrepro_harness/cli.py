@@ -16,7 +16,7 @@ from collections.abc import Iterable
 COMMANDS: dict[str, tuple[str, str]] = {
     "doctor": ("flashrepro_harness.commands.doctor",
                "report the GPU, driver, CUDA, torch and triton seen here"),
-    "reproduce": ("flashrepro_harness.gate.reproduce",
+    "reproduce": ("flashrepro_harness.commands.reproduce",
                   "the article run: timings vs torch, SASS table"),
     "bench": ("flashrepro_harness.commands.bench",
               "L x D x causal x dtype sweep vs torch; table + plot"),
@@ -28,7 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                 "Nsight Compute: memory ladder, executed counts (docs/article.md)"),
     "sass": ("flashrepro_harness.commands.sass",
              "SASS counts per arch vs model, article, golden"),
-    "gate": ("flashrepro_harness.gate.command",
+    "gate": ("flashrepro_harness.commands.gate",
              "judge a results JSON: by its reference twins, else its per-GPU baseline"),
     "readme": ("flashrepro_harness.commands.readme",
                "check or rewrite README.md's tables from the results JSON"),

@@ -47,9 +47,11 @@ def _num(value: float | None, digits: int = 1) -> str:
 def headline(results: dict[str, Any]) -> str:
     """The article-config table: one row per kernel, for each mode its µs and its time ratio to
     torch flash in the same rounds; optional fields as extra columns of the causal mode. The
-    gate's reference twins (``reference:<name>``, docs/gate.md) are left out.
+    gate's reference twins (``reference:<name>``, docs/gate.md) are left out. A record marked
+    ``skipped`` (a peer that does not import here) or ``failed`` shows that word in its µs cell.
 
-    Raises KeyError if a record lacks ``name``, ``median_us`` or ``ratio_vs_torch_flash``."""
+    Raises KeyError if a timed record lacks ``name``, ``median_us`` or
+    ``ratio_vs_torch_flash``."""
     rows: dict[str, dict[str, Any]] = {}
     modes = [s for s in MODES if any(_split(r["name"])[1] == s for r in results["records"])]
     extra = [k for k in OPTIONAL if any(k in r for r in results["records"])]
@@ -73,6 +75,10 @@ def headline(results: dict[str, Any]) -> str:
             if suffix == " (mma.sync)":
                 continue
             rec = row.get(suffix) or (row.get(" (mma.sync)") if suffix == "" else None)
+            state = next((k for k in ("failed", "skipped") if rec and k in rec), None)
+            if state:
+                line += [state, ""]
+                continue
             line += [_num(rec["median_us"]) if rec else "",
                      _num(rec["ratio_vs_torch_flash"], 3) if rec else ""]
         first = next(v for k, v in row.items() if k != "kernel")

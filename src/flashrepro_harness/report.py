@@ -8,6 +8,8 @@ from typing import Any
 
 from tabulate import tabulate
 
+from flashrepro_harness.outputs import write_atomic
+
 # The article's kernel over torch flash on its (mma.sync-class) GPU: seed 000_5de0d8ad12f287ab.txt
 PUBLISHED_NOTE = "article: 2.14 first version, 1.12 tuned (mma.sync GPU)"
 
@@ -44,9 +46,9 @@ def _us(value: float | None) -> str:
 def reproduce_rows(results: dict[str, Any]) -> list[list[Any]]:
     rows = []
     for rec in results["records"]:
-        if "skipped" in rec:
-            rows.append([rec["name"], "n/a", "", "", "", "", f"skipped: {rec['skipped']}", "",
-                         ""])
+        state = next((k for k in ("failed", "skipped") if k in rec), None)
+        if state is not None:
+            rows.append([rec["name"], "n/a", "", "", "", "", f"{state}: {rec[state]}", "", ""])
             continue
         rows.append([
             rec["name"],
@@ -88,12 +90,12 @@ def reproduce_markdown(results: dict[str, Any], sass_text: str | None = None) ->
 
 def write_summary(text: str, path: Path | None) -> None:
     """Write markdown ``text`` to ``path`` (when given) and append it to
-    ``$GITHUB_STEP_SUMMARY`` (when set) unless that is ``path`` itself: in the image
-    (``.github/scripts/in-image``) it is ``/results/summary.md``, which the workflow copies into
-    the job summary, and appending would show everything twice."""
+    ``$GITHUB_STEP_SUMMARY`` (when set, a file of the runner's) unless that is ``path`` itself:
+    in the image (``.github/scripts/in-image``) it is ``/results/summary.md``, which the
+    workflow copies into the job summary, and appending would show everything twice. ``path``
+    is written atomically (:func:`flashrepro_harness.outputs.write_atomic`)."""
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_atomic(path, text)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary and (path is None or Path(step_summary).resolve() != path.resolve()):
         with open(step_summary, "a", encoding="utf-8") as f:

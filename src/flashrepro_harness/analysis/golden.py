@@ -20,6 +20,7 @@ from typing import Any
 import triton
 
 from flashrepro_harness.analysis.offline_compile import KernelSass
+from flashrepro_harness.outputs import write_atomic
 from flashrepro_harness.paths import GOLDEN_DIR
 
 SCHEMA = "flashrepro.sass-golden/1"
@@ -81,9 +82,9 @@ def load(path: Path) -> dict[str, Any] | None:
 
 
 def write(path: Path, doc: dict[str, Any]) -> None:
-    """Write ``doc`` as stable, diff-friendly JSON (sorted keys, one value per line)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    """Write ``doc`` as stable, diff-friendly JSON (sorted keys, one value per line),
+    atomically (:func:`flashrepro_harness.outputs.write_atomic`)."""
+    write_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
 def _delta(name: str, old: int | None, new: int | None) -> str:

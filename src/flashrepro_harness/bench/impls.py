@@ -4,6 +4,10 @@ optional peers of :mod:`flashrepro_harness.bench.peers` (FA4's CuTe kernel, wher
 Each entry builds a zero-argument callable over fixed inputs, so the timer sees only the call.
 Torch's backends are forced one at a time with ``torch.nn.attention.sdpa_kernel``: on an H200,
 torch 2.11's default SDPA picks cuDNN, not flash.
+
+flashrepro's rows are the product (:func:`flashrepro_harness.results.is_product`): one that
+raises has failed (:func:`probe`, :class:`KernelFailed`), never "skipped"; torch's backends and
+the peers are the comparison, skipped with the reason where they cannot run.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from flashrepro import configs
 from flashrepro.configs import ARTICLE, KernelConfig
 from flashrepro_harness.bench import peers
 from flashrepro_harness.bench.reference import Reference
+from flashrepro_harness.results import REFERENCE_PREFIX, is_product
 
 Inputs = tuple[torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -58,6 +63,25 @@ BEST_PEER_CANDIDATES = ("torch-cudnn", *peers.PEERS)
 optional peer, where they run."""
 
 
+class KernelFailed(RuntimeError):
+    """A flashrepro row (or its reference twin) raised: the run fails, it is never a skip.
+
+    Attributes:
+        row: the record's name.
+        reason: the error, one line.
+    """
+
+    def __init__(self, row: str, reason: str) -> None:
+        super().__init__(f"{row} failed: {reason}")
+        self.row, self.reason = row, reason
+
+
+def first_line(exc: BaseException) -> str:
+    """``"TypeName: first line of the message"``."""
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"
+
+
 def make_call(name: str, inputs: Inputs, causal: bool,
               config: KernelConfig | None = None,
               reference: Reference | None = None) -> Callable[[], torch.Tensor]:
@@ -84,7 +108,7 @@ def make_call(name: str, inputs: Inputs, causal: bool,
     if name in peers.PEERS:
         return peers.make_call(name, inputs, causal)
     q, k, v = inputs
-    out = torch.empty_like(q)
+    out = torch.full_like(q, float("nan"))  # an element the kernel never writes stays NaN
     attention, article_attention = flashrepro.attention, flashrepro.article_attention
     fixed = LAUNCHES.get(name) if name != "article-kernel" else None
     if reference is not None:
@@ -114,20 +138,65 @@ def output(name: str, result: object) -> torch.Tensor:
     return result
 
 
-def available(name: str, inputs: Inputs, causal: bool) -> str | None:
-    """None if kernel ``name`` runs on these inputs here, else the reason (one line).
+def probe(name: str, inputs: Inputs, causal: bool, reference: Reference | None = None
+          ) -> tuple[str, str] | None:
+    """Run kernel ``name`` once on these inputs: None when it runs, else ``(state, reason)``.
 
-    A peer is unavailable when its module does not import, or when its call raises anything
-    (FA4 asserts on architectures and shapes it does not support); flashrepro's and torch's
-    kernels when the call raises a RuntimeError (any other error is a bug, and propagates).
+    A flashrepro row (and, with ``reference``, its twin) that raises anything is ``"failed"``.
+    A peer is ``"skipped"`` when its module does not import or its call raises anything (FA4
+    asserts on architectures and shapes it does not support); a torch backend when its call
+    raises a RuntimeError (any other error is a bug, and propagates).
     """
     if name in peers.PEERS and (reason := peers.import_error(name)):
-        return reason
-    errors = Exception if name in peers.PEERS else RuntimeError
+        return "skipped", reason
+    product = is_product(name) or reference is not None
+    errors = Exception if (product or name in peers.PEERS) else RuntimeError
     try:
-        make_call(name, inputs, causal)()
+        make_call(name, inputs, causal, reference=reference)()
         torch.cuda.synchronize()
     except errors as exc:
-        text = str(exc).splitlines()[0] if str(exc) else ""
-        return f"{type(exc).__name__}: {text}" if name in peers.PEERS else text
+        if product:
+            return "failed", first_line(exc)
+        if name in peers.PEERS:
+            return "skipped", first_line(exc)
+        return "skipped", str(exc).splitlines()[0] if str(exc) else ""
     return None
+
+
+def available(name: str, inputs: Inputs, causal: bool) -> str | None:
+    """None if kernel ``name`` runs on these inputs here, else why it is skipped (one line):
+    :func:`probe`'s reason for a peer or a torch backend.
+
+    Raises:
+        KernelFailed: a flashrepro row raised (the product is never skipped).
+    """
+    result = probe(name, inputs, causal)
+    if result is not None and result[0] == "failed":
+        raise KernelFailed(name, result[1])
+    return None if result is None else result[1]
+
+
+def output_errors(causal: bool, calls: dict[str, Callable[[], object]], inputs: Inputs
+                  ) -> dict[str, float]:
+    """Max |o - ref| of each call (name -> callable of :func:`make_call`; a ``reference:``
+    twin's name is its row's with the prefix) against float32 attention (SDPA's math on
+    float32 copies) on the same inputs, over every element: a NaN anywhere makes it NaN. A
+    peer's output is viewed back as (B, H, L, D) (:func:`output`).
+
+    Raises:
+        KernelFailed: a call raised, or returned another shape than (B, H, L, D).
+    """
+    q, k, v = inputs
+    ref = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
+    errors = {}
+    for name, call in calls.items():
+        try:
+            out = output(name.removeprefix(REFERENCE_PREFIX), call())
+        except Exception as exc:
+            raise KernelFailed(name, f"in the output check: {first_line(exc)}") from exc
+        if out.shape != ref.shape:
+            raise KernelFailed(name, f"returned shape {tuple(out.shape)}, expected "
+                                     f"{tuple(ref.shape)} (B, H, L, D)")
+        diff = (out.float() - ref).abs()
+        errors[name] = float("nan") if diff.isnan().any() else diff.max().item()
+    return errors

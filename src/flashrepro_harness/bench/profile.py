@@ -36,6 +36,7 @@ from tabulate import tabulate
 from flashrepro.configs import ARTICLE, KernelConfig
 from flashrepro_harness.analysis import ncu
 from flashrepro_harness.bench.ladder_kernels import KERNEL_NAMES, VARIANTS
+from flashrepro_harness.outputs import write_atomic
 from flashrepro_harness.progress import progress
 
 SCHEMA = "flashrepro.profile/1"
@@ -306,12 +307,12 @@ def _write(out: Path, job: str, report: dict[str, Any], md: list[str]) -> None:
     """Write ``<job>_<run>.csv`` per ncu run, then ``<job>.json`` and ``<job>.md``."""
     out.mkdir(parents=True, exist_ok=True)
     for name, record in report["runs"].items():
-        (out / f"{job}_{name.replace('.', '_')}.csv").write_text(record.pop("_csv"))
-    (out / f"{job}.json").write_text(json.dumps(report, indent=2) + "\n")
+        write_atomic(out / f"{job}_{name.replace('.', '_')}.csv", record.pop("_csv"))
+    write_atomic(out / f"{job}.json", json.dumps(report, indent=2) + "\n")
     if report["errors"]:
         md += ["## Errors", "", *[f"- {e}" for e in report["errors"]], ""]
     text = "\n".join(md)
-    (out / f"{job}.md").write_text(text)
+    write_atomic(out / f"{job}.md", text)
     print(text)
 
 

@@ -1,15 +1,22 @@
-"""``python -m flashrepro_harness reproduce``: the article run.
+"""The article run, the measurement behind ``python -m flashrepro_harness reproduce``
+(:mod:`flashrepro_harness.commands.reproduce`, which judges it with the gate and writes it).
 
-On a CUDA GPU: checks every kernel's output against a float32 reference, times flashrepro,
-torch SDPA's flash, cuDNN and efficient backends and the optional peers
+On a CUDA GPU: checks every kernel's output against a float32 reference (every element, the
+tolerance of :data:`flashrepro_harness.results.OUTPUT_TOLERANCE` recorded per row), times
+flashrepro, torch SDPA's flash, cuDNN and efficient backends and the optional peers
 (:mod:`flashrepro_harness.bench.peers`: FA4's CuTe kernel where it imports, a skipped row
 elsewhere) at the article config in interleaved rounds (:mod:`flashrepro_harness.bench.timing`),
 records each one's host µs and eager back-to-back µs per call, then the same kernels on the article
 problem without the causal mask (records suffixed `` (non-causal)``, issue 7's second target),
 optionally repeats the flashrepro rows on the mma.sync path (``DISABLE_MMA_V3=1``, in a child
-process: Triton reads it at compile time), and writes ``reproduce.json`` and ``reproduce.md``
-under ``reproduce/results/<gpu-key>/``. Everywhere: the
-SASS table. Without a GPU the timing part is one line, never a traceback.
+process: Triton reads it at compile time). Everywhere: the SASS table. Without a GPU the timing
+part is one line, never a traceback.
+
+A flashrepro row that raises is recorded as ``failed`` (when its first call raises) or stops the
+run (:class:`~flashrepro_harness.bench.impls.KernelFailed`, later); it is never skipped. The
+results of an earlier run in the output folder are deleted before timing, and the new ones are
+written, atomically, only once the run is complete (:func:`write_results`), so a run that fails
+leaves nothing a later ``gate`` or ``readme`` would read as its own.
 """
 
 from __future__ import annotations
@@ -17,12 +24,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +40,7 @@ from flashrepro.configs import MMA_V3_ARCHS, default_config, launch_arch
 from flashrepro_harness import env
 from flashrepro_harness.bench import impls as K
 from flashrepro_harness.bench import peers
+from flashrepro_harness.bench.impls import KernelFailed, first_line
 from flashrepro_harness.bench.reference import PREFIX, Reference
 from flashrepro_harness.bench.reference import load as load_reference
 from flashrepro_harness.bench.timing import (
@@ -43,69 +52,118 @@ from flashrepro_harness.bench.timing import (
     host_and_eager_rounds,
     interleaved_rounds,
 )
+from flashrepro_harness.outputs import write_atomic
 from flashrepro_harness.problem import Problem, load_article
 from flashrepro_harness.report import reproduce_markdown, reproduce_table, write_summary
-from flashrepro_harness.results import RESULTS_SCHEMA, baseline_dir, results_dir
+from flashrepro_harness.results import (
+    COMPLETE,
+    OUTPUT_TOLERANCE,
+    RESULTS_SCHEMA,
+    output_tolerance,
+    results_dir,
+)
 
 SCHEMA = RESULTS_SCHEMA
 NON_CAUSAL = " (non-causal)"
 """Suffix of the records timed on the article problem without its causal mask."""
 KERNELS = [*K.FLASHREPRO, *K.TORCH_BACKENDS, *peers.PEERS]
 """The rows of the main table (and of its non-causal twin)."""
+OUTPUTS = ("reproduce.json", "reproduce.md", "summary.md")
+"""The files a run writes in its results folder (and deletes there before it times)."""
+WRONG_OUTPUT = "FLASHREPRO_TEST_WRONG_OUTPUT"
+"""Test hook: ``FLASHREPRO_TEST_WRONG_OUTPUT=0.01`` adds 0.01 to one output element of every
+call of the ``flashrepro`` row (the code under test; never its reference twin, never the
+library), after the kernel, so the gate's output check can be shown to fail a kernel that
+returns wrong values (docs/gate.md). Unset or empty: no hook. A run with it records
+``test_hooks`` and can never be a baseline."""
 
 
-def check_outputs(problem: Problem, calls: dict[str, Callable[[], object]],
-                  inputs: K.Inputs) -> dict[str, float]:
-    """Max |o - ref| of each call (name -> callable of :func:`flashrepro_harness.bench.impls.
-    make_call`) against a float32 reference on the timing inputs; a peer's output is viewed
-    back as (B, H, L, D) (:func:`flashrepro_harness.bench.impls.output`) and checked element for
-    element the same way."""
-    q, k, v = inputs
-    ref = torch.nn.functional.scaled_dot_product_attention(
-        q.float(), k.float(), v.float(), is_causal=problem.causal)
-    errors = {}
-    for name, call in calls.items():
-        out = K.output(name.removeprefix(PREFIX), call())
-        if out.shape != ref.shape:
-            raise RuntimeError(f"{name} returned shape {tuple(out.shape)}, expected "
-                               f"{tuple(ref.shape)} (B, H, L, D)")
-        errors[name] = (out.float() - ref).abs().max().item()
-    return errors
+def wrong_output_shift(environ: Mapping[str, str] = os.environ) -> float | None:
+    """The value of :data:`WRONG_OUTPUT`, or None when unset or empty.
+
+    Raises:
+        ValueError: not a number > 0 or ``nan`` (a hook that changes nothing is refused, so a
+            stray setting is never silent).
+    """
+    text = environ.get(WRONG_OUTPUT, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not (value > 0 or math.isnan(value)):
+        raise ValueError(f"{WRONG_OUTPUT} must be a number > 0 (added to one output element of "
+                         f"the flashrepro row) or nan, got {text!r}")
+    return value
+
+
+def _shifted(call: Callable[[], Any], amount: float) -> Callable[[], Any]:
+    """``call`` with ``amount`` added to the last element of its output (:data:`WRONG_OUTPUT`)."""
+    def shifted() -> Any:
+        out = call()
+        out[(-1,) * out.dim()] += amount
+        return out
+    return shifted
+
+
+def _guarded(name: str, call: Callable[[], Any]) -> Callable[[], Any]:
+    """``call``, whose exceptions name the row (:class:`KernelFailed`)."""
+    def guarded() -> Any:
+        try:
+            return call()
+        except Exception as exc:
+            raise KernelFailed(name, f"in the timing rounds: {first_line(exc)}") from exc
+    return guarded
 
 
 def measure(problem: Problem, names: list[str], rounds: int, calls: int,
             suffix: str = "", reference: Reference | None = None,
-            host_cost: bool = True) -> list[dict[str, Any]]:
+            host_cost: bool = True, wrong_output: float | None = None) -> list[dict[str, Any]]:
     """Time ``names`` on ``problem`` in interleaved rounds; one record per kernel.
 
     Returns records with per-round medians (µs), their summary, TFLOP/s of the median, the ratio
-    to ``torch-flash`` (median of per-round ratios), the max error vs float32, ``host_us`` and
+    to ``torch-flash`` (median of per-round ratios), the max error vs float32 and the tolerance
+    it is held to (:func:`flashrepro_harness.results.output_tolerance`), ``host_us`` and
     ``eager_us`` (µs per call, the kernels interleaved:
     :func:`flashrepro_harness.bench.timing.host_and_eager_rounds`; left out when not ``host_cost``)
     and ``causal`` (the mask of ``problem``); names get ``suffix``. With a ``reference``
     (:mod:`flashrepro_harness.bench.reference`), every flashrepro row of ``names``
     (:data:`~flashrepro_harness.bench.impls.PAIRABLE`) also gets a twin record ``reference:<name>``,
     the reference checkout's code on the same inputs, timed in the same rounds (no host cost)
-    and checked like the others; a row the reference cannot pair (its KernelConfig has other
-    fields) gets a ``skipped`` twin, and the gate judges it against the baseline. Kernels that
-    cannot run here (e.g. a torch backend unsupported on this GPU) get a record with ``skipped``
-    set to the reason.
+    and checked like the others. A peer or torch backend that cannot run here gets a record
+    with ``skipped`` set to the reason; a flashrepro row (or twin) whose first call raises, one
+    with ``failed``. ``wrong_output``: the :data:`WRONG_OUTPUT` test hook's value.
+
+    Raises:
+        KernelFailed: a row raised after its first call (the output check, the timing or the
+            host-cost rounds): the rounds are incomplete.
     """
     inputs = problem.inputs()
-    skipped = {n: r for n in names if (r := K.available(n, inputs, problem.causal))}
-    runnable = [n for n in names if n not in skipped]
+    state = {n: p for n in names if (p := K.probe(n, inputs, problem.causal))}
+    runnable = [n for n in names if n not in state]
+    if reference is not None:
+        for n in (n for n in runnable if n in K.PAIRABLE):
+            if p := K.probe(n, inputs, problem.causal, reference=reference):
+                state[PREFIX + n] = (p[0], f"reference twin: {p[1]}")
     fns = {n: K.make_call(n, inputs, problem.causal) for n in runnable}
-    for n in (n for n in runnable if n in K.PAIRABLE and reference is not None):
-        try:
-            fns[PREFIX + n] = K.make_call(n, inputs, problem.causal, reference=reference)
-        except ValueError as exc:  # e.g. the reference's KernelConfig has other fields
-            skipped[PREFIX + n] = f"no reference twin: {exc}"
-    errors = check_outputs(problem, fns, inputs)
-    per_round = interleaved_rounds(fns, rounds=rounds, calls_per_round=calls)
-    host = host_and_eager_rounds({n: fns[n] for n in runnable}) if host_cost else {}
+    if wrong_output is not None and "flashrepro" in fns:
+        fns["flashrepro"] = _shifted(fns["flashrepro"], wrong_output)
+    if reference is not None:
+        fns.update({PREFIX + n: K.make_call(n, inputs, problem.causal, reference=reference)
+                    for n in runnable if n in K.PAIRABLE and PREFIX + n not in state})
+    errors = K.output_errors(problem.causal, fns, inputs)
+    per_round = interleaved_rounds({n: _guarded(n + suffix, f) for n, f in fns.items()},
+                                   rounds=rounds, calls_per_round=calls)
+    try:
+        host = host_and_eager_rounds({n: fns[n] for n in runnable}) if host_cost else {}
+    except Exception as exc:
+        raise KernelFailed(f"one of {[n + suffix for n in runnable]}",
+                           f"in the host-cost rounds: {first_line(exc)}") from exc
     peer = per_round.get("torch-flash")
+    tolerance = output_tolerance(problem.dtype)
     records = []
-    twins = [PREFIX + n for n in runnable if PREFIX + n in fns or PREFIX + n in skipped]
+    twins = [PREFIX + n for n in runnable if PREFIX + n in fns or PREFIX + n in state]
     for name in [*names, *twins]:
         base = name.removeprefix(PREFIX)
         rec: dict[str, Any] = {"name": name + suffix, "description": K.DESCRIPTIONS[base],
@@ -113,14 +171,15 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
         if name != base:
             rec["description"] += f" (reference code, {reference.commit or reference.src})"
             rec["reference_of"] = base + suffix
-        if name in skipped:
-            records.append({**rec, "skipped": skipped[name]})
+        if name in state:
+            records.append({**rec, state[name][0]: state[name][1]})
             continue
         summary = Summary.of(per_round[name])
         rec.update(summary.as_dict(keep_samples=False))
         rec["round_medians_us"] = per_round[name]
         rec["tflops"] = problem.flops() / (summary.median_us * 1e-6) / 1e12
         rec["max_abs_err"] = errors[name]
+        rec["tolerance"] = tolerance
         if name in host:
             rec["host_us"], rec["eager_us"] = host[name]
         if peer is not None:
@@ -139,7 +198,8 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
 def timing_method(rounds: int, calls: int) -> dict[str, Any]:
     """The results' ``method`` block: timer, L2 handling, busy-wait, statistic, ``rounds`` and
     ``calls_per_round`` (the gate compares timer, l2, calls_per_round and busy_wait_cycles with
-    its baseline's). Measures the busy-wait on the current GPU (:func:`busy_wait_us`).
+    its baseline's), and the output check. Measures the busy-wait on the current GPU
+    (:func:`busy_wait_us`).
 
     Raises:
         RuntimeError: when no CUDA device is available.
@@ -153,65 +213,79 @@ def timing_method(rounds: int, calls: int) -> dict[str, Any]:
         "statistic": "median of per-round medians; ratio = median of per-round ratios",
         "rounds": rounds,
         "calls_per_round": calls,
+        "output_check": ("max |o - ref| over every element, ref = float32 attention on the same "
+                         "inputs, at most the row's 'tolerance' (results.OUTPUT_TOLERANCE: "
+                         f"{OUTPUT_TOLERANCE})"),
     }
 
 
 def _mma_sync_records(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The flashrepro rows and torch flash, re-timed in a child with ``DISABLE_MMA_V3=1``."""
+    """The flashrepro rows and torch flash, re-timed in a child with ``DISABLE_MMA_V3=1``.
+
+    Raises:
+        KernelFailed: the child failed (its exit status and the reason on its stderr).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "child.json"
         cmd = [sys.executable, "-m", "flashrepro_harness", "reproduce", "--child-json", str(path),
                "--rounds", str(args.rounds), "--calls", str(args.calls), "--no-sass"]
         if args.reference_src is not None:
             cmd += ["--reference-src", str(args.reference_src)]
-        subprocess.run(cmd, check=True, env={**os.environ, "DISABLE_MMA_V3": "1"})
+        proc = subprocess.run(cmd, env={**os.environ, "DISABLE_MMA_V3": "1"}, check=False)
+        if proc.returncode != 0:
+            raise KernelFailed("the (mma.sync) rows", "the DISABLE_MMA_V3=1 child exited with "
+                               f"status {proc.returncode} (its reason above)")
         return json.loads(path.read_text())
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=env.positive_int, default=100,
-                        help="interleaved rounds (default 100, as the gate experiment)")
-    parser.add_argument("--calls", type=env.positive_int, default=10,
-                        help="timed calls per kernel per round (default 10)")
-    parser.add_argument("--out", type=Path, default=None,
-                        help="results folder (default $FLASHREPRO_RESULTS_DIR or "
-                             "reproduce/results/<gpu-key>)")
-    parser.add_argument("--no-mma-sync", action="store_true",
-                        help="skip the DISABLE_MMA_V3=1 (mma.sync path) rows on sm_90")
-    parser.add_argument("--no-sass", action="store_true", help="skip the SASS table")
-    parser.add_argument("--gate", action="store_true",
-                        help="judge the run: rows with a --reference-src twin by their ratio "
-                             "to it, the others against reproduce/baselines/<gpu>/ (exit 0 "
-                             "pass, 1 regression, 2 no baseline, 3 environment mismatch; "
-                             "docs/gate.md)")
-    parser.add_argument("--update-baseline", action="store_true",
-                        help="make this run the baseline of its GPU (appends to its history)")
-    parser.add_argument("--baseline-dir", type=Path, default=baseline_dir(),
-                        help="folder of per-GPU baselines for --gate and --update-baseline "
-                             "(default $FLASHREPRO_BASELINE_DIR or reproduce/baselines)")
-    parser.add_argument("--reference-src", type=Path, default=None, metavar="DIR",
-                        help="the src folder of another flashrepro checkout (a PR's base, a "
-                             "push's parent): its flashrepro rows are timed beside this one's "
-                             "in the same rounds, and --gate judges the pair (docs/gate.md)")
-    parser.add_argument("--child-json", type=Path, default=None, help=argparse.SUPPRESS)
+@dataclasses.dataclass
+class Outcome:
+    """A complete article run, not yet written.
+
+    Attributes:
+        results: the results dict (``"complete": true`` set).
+        out_dir: where its files go (:data:`OUTPUTS`).
+        markdown: ``reproduce.md``'s text (tables, SASS).
+    """
+
+    results: dict[str, Any]
+    out_dir: Path
+    markdown: str
 
 
-Judge = Callable[[dict, Path, bool], Any]
-"""``judge(results, baseline_dir, update)``: the gate's verdict on a results dict (``update``: make
-it the baseline instead), an object with ``as_dict()``, ``markdown`` and ``exit_code``
-(:class:`flashrepro_harness.gate.Verdict`). Passed in by :mod:`flashrepro_harness.gate.reproduce`,
-the ``reproduce`` subcommand, so this module does not import the gate that reads its results."""
+def remove_stale(out_dir: Path) -> None:
+    """Delete :data:`OUTPUTS` of an earlier run in ``out_dir`` (if any), so a run that fails
+    leaves none of them behind to be read as its own."""
+    for name in OUTPUTS:
+        (out_dir / name).unlink(missing_ok=True)
 
 
-def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
-    """The article run (module docstring); ``--gate``/``--update-baseline`` need ``judge``.
+def run(args: argparse.Namespace, needs_timings: bool = False) -> Outcome | int:
+    """The article run (module docstring) with the options of
+    :func:`flashrepro_harness.commands.reproduce.add_arguments`.
 
-    Returns the process exit code. Raises ValueError when ``--gate`` or ``--update-baseline``
-    is asked for without a ``judge``."""
-    if (args.gate or args.update_baseline) and judge is None:
-        raise ValueError("reproduce: --gate/--update-baseline need judge= (run it as "
-                         "`python -m flashrepro_harness reproduce`, which passes the gate's)")
+    Args:
+        args: the parsed options.
+        needs_timings: the caller judges the timings (``--gate``, ``--update-baseline``):
+            without a GPU the run fails at once (as with ``FLASHREPRO_REQUIRE_GPU=1``).
+
+    Returns:
+        The :class:`Outcome` to judge and write (:func:`write_results`); or the exit code of a
+        run with nothing to write: 0 without a GPU (the SASS table printed) and for the
+        mma.sync child (``--child-json``, written), 1 without a GPU when the timings are
+        needed, 2 for a bad ``--reference-src`` or :data:`WRONG_OUTPUT` value.
+
+    Raises:
+        KernelFailed: a flashrepro row failed after its first call (:func:`measure`), or the
+            mma.sync child failed; nothing is written, and earlier results in the output folder
+            are gone.
+    """
     problem, published = load_article()
+    try:
+        wrong_output = wrong_output_shift()
+    except ValueError as exc:
+        print(f"reproduce: {exc}", file=sys.stderr)
+        return 2
     reference, reference_error = None, None
     if args.reference_src is not None:  # checked on every host: bad input is never ignored
         try:
@@ -229,11 +303,10 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
     if args.child_json is not None:  # the mma.sync child: flashrepro rows + torch flash only
         names = [*K.FLASHREPRO, K.P_IN_REGISTERS, "torch-flash"]
         records = measure(problem, names, args.rounds, args.calls, suffix=" (mma.sync)",
-                          reference=reference)
-        args.child_json.write_text(json.dumps(records))
+                          reference=reference, wrong_output=wrong_output)
+        write_atomic(args.child_json, json.dumps(records))
         return 0
-    if not torch.cuda.is_available() and (args.gate or args.update_baseline
-                                          or env.require_gpu()):
+    if not torch.cuda.is_available() and (needs_timings or env.require_gpu()):
         # Refused before the SASS compiles (minutes without a GPU), not after them.
         print("reproduce: timing needs a CUDA GPU (torch sees none), and --gate, "
               "--update-baseline and FLASHREPRO_REQUIRE_GPU=1 need the timings: failing "
@@ -252,12 +325,20 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
         if sass is not None:
             print(sass["text"])
         return 0
+    if wrong_output is not None:
+        print(f"reproduce: test hook {WRONG_OUTPUT}={wrong_output:g}: the flashrepro row's "
+              "output is made wrong on purpose; this run must fail its output check",
+              file=sys.stderr)
     environment = env.capture()
+    out_dir = results_dir(args.out, environment["gpu"]["key"])
+    remove_stale(out_dir)
     clocks_before = env.nvml_clocks()
-    records = measure(problem, KERNELS, args.rounds, args.calls, reference=reference)
+    records = measure(problem, KERNELS, args.rounds, args.calls, reference=reference,
+                      wrong_output=wrong_output)
     if problem.causal:
         records += measure(dataclasses.replace(problem, causal=False), KERNELS, args.rounds,
-                           args.calls, suffix=NON_CAUSAL, reference=reference)
+                           args.calls, suffix=NON_CAUSAL, reference=reference,
+                           wrong_output=wrong_output)
     if not args.no_mma_sync and launch_arch() in MMA_V3_ARCHS:  # Hopper: wgmma unless disabled
         records += _mma_sync_records(args)
     results = {
@@ -273,6 +354,8 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
                    "eager_us": EAGER_METHOD},
         "records": records,
     }
+    if wrong_output is not None:
+        results["test_hooks"] = {WRONG_OUTPUT: wrong_output}
     if reference is not None:
         results["reference"] = {**reference.describe(), "src": env.shown_path(reference.src)}
     elif reference_error is not None:
@@ -280,27 +363,25 @@ def run(args: argparse.Namespace, judge: Judge | None = None) -> int:
                                 "error": reference_error}
     if sass is not None:
         results["sass"] = {k: v for k, v in sass.items() if k not in ("text", "markdown")}
-    out_dir = results_dir(args.out, environment["gpu"]["key"])
-    out_dir.mkdir(parents=True, exist_ok=True)
+    results[COMPLETE] = True  # every row timed and checked
     print(reproduce_table(results))
     if sass is not None:
         print(sass["text"])
-    summary = reproduce_markdown(results, sass_text=sass["markdown"] if sass else None)
-    (out_dir / "reproduce.md").write_text(summary)
-    exit_code = 0
-    if args.gate or args.update_baseline:
-        verdict = judge(results, args.baseline_dir, args.update_baseline)
-        results["gate"] = verdict.as_dict()
-        summary += "\n" + verdict.markdown + "\n"
-        print(verdict.markdown)
-        exit_code = 0 if args.update_baseline else int(verdict.exit_code)
-    write_results(out_dir, results, summary)
-    print(f"wrote reproduce.json, reproduce.md and summary.md under {out_dir}")
-    return exit_code
+    markdown = reproduce_markdown(results, sass_text=sass["markdown"] if sass else None)
+    return Outcome(results=results, out_dir=out_dir, markdown=markdown)
 
 
-def write_results(out_dir: Path, results: dict, summary: str) -> None:
-    """Write ``reproduce.json`` and ``summary.md`` under ``out_dir``; the summary also goes to
-    the job summary (:func:`flashrepro_harness.report.write_summary`)."""
-    (out_dir / "reproduce.json").write_text(json.dumps(results, indent=1) + "\n")
+def write_results(out_dir: Path, results: dict, summary: str, markdown: str | None = None
+                  ) -> None:
+    """Write ``reproduce.md`` (``markdown``, when given), ``summary.md`` and, last,
+    ``reproduce.json`` under ``out_dir``, each atomically
+    (:func:`flashrepro_harness.outputs.write_atomic`); the summary also goes to the job summary
+    (:func:`flashrepro_harness.report.write_summary`).
+
+    Raises:
+        OSError: a file cannot be written.
+    """
+    if markdown is not None:
+        write_atomic(out_dir / "reproduce.md", markdown)
     write_summary(summary, out_dir / "summary.md")
+    write_atomic(out_dir / "reproduce.json", json.dumps(results, indent=1) + "\n")

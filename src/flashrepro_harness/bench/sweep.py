@@ -25,6 +25,7 @@ from tabulate import tabulate
 from flashrepro_harness.bench import impls as K
 from flashrepro_harness.bench import peers
 from flashrepro_harness.bench.timing import interleaved_rounds
+from flashrepro_harness.outputs import replaced_on_success, write_atomic
 from flashrepro_harness.problem import Problem
 from flashrepro_harness.progress import progress
 from flashrepro_harness.results import RESULTS_SCHEMA
@@ -80,10 +81,10 @@ def write_results(out_dir: Path, results: dict[str, Any]) -> None:
     matplotlib: the ``plot`` extra) of a :func:`sweep` results dict under ``out_dir``
     (created)."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps(results, indent=1) + "\n")
+    write_atomic(out_dir / "bench.json", json.dumps(results, indent=1) + "\n")
     text = caption(results["env"], results["method"]["tokens"])
-    (out_dir / "bench.md").write_text(
-        f"# Sweep\n\n{text}\n\n{table(results['points'], 'github')}\n")
+    write_atomic(out_dir / "bench.md",
+                 f"# Sweep\n\n{text}\n\n{table(results['points'], 'github')}\n")
     plot(results["points"], out_dir / "bench.png", text)
 
 
@@ -160,7 +161,8 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
     axes.flat[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with replaced_on_success(path) as tmp:
+        fig.savefig(tmp, dpi=110)
 
 
 def caption(environment: dict[str, Any], tokens: int) -> str:

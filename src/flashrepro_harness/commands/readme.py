@@ -2,7 +2,8 @@
 JSON (:mod:`flashrepro_harness.readme`).
 
 README.md and the results exist only in a clone of the repository: outside one, each file is
-named with the option that takes its path, exit 2.
+named with the option that takes its path. A file that is missing, cannot be read or cannot be
+used exits 4 (the gate's "unusable input"), with its name and the reason.
 """
 
 from __future__ import annotations
@@ -11,9 +12,14 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from flashrepro_harness import readme
+from flashrepro_harness.outputs import write_atomic
 from flashrepro_harness.paths import CHECKOUT
+
+UNUSABLE = 4
+"""Exit code for a file that cannot be read or used (the gate's BAD_INPUT)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,9 +44,37 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _read(option: str, path: Path, parse: bool = True) -> Any:
+    """The text (or, with ``parse``, the JSON) of ``path``; OSError and ValueError (not UTF-8,
+    not JSON) name ``option`` and the file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text) if parse else text
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{option} {path}: cannot read it: "
+                         f"{getattr(exc, 'strerror', None) or exc}") from exc
+
+
+def _rendered(args: argparse.Namespace) -> tuple[str, str]:
+    """(README's text, its text with the generated tables).
+
+    Raises:
+        ValueError: a file cannot be read, or the tables cannot be made from the results
+            (the message names the files)."""
+    text = _read("--readme", args.readme, parse=False)
+    results = _read("--results", args.results)
+    model_results = _read("--model-results", args.model_results)
+    try:
+        return text, readme.render(text, results, model_results)
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+        raise ValueError(f"cannot make the tables from --results {args.results} and "
+                         f"--model-results {args.model_results} into --readme {args.readme}: "
+                         f"{type(exc).__name__}: {exc}") from exc
+
+
 def run(args: argparse.Namespace) -> int:
-    """Check or write; returns 0, 1 when ``--check`` finds a difference, 2 when a file is
-    missing (named with its option)."""
+    """Check or write; returns 0, 1 when ``--check`` finds a difference, 4 when a file is
+    missing, cannot be read, used or written (named with its option)."""
     files = {"--readme": args.readme, "--results": args.results,
              "--model-results": args.model_results}
     missing = {option: path for option, path in files.items() if not path.is_file()}
@@ -49,16 +83,22 @@ def run(args: argparse.Namespace) -> int:
               f"are in a clone of the repository: run there, or give the path with {option})",
               file=sys.stderr)
     if missing:
-        return 2
-    text = args.readme.read_text()
-    new = readme.render(text, json.loads(args.results.read_text()),
-                        json.loads(args.model_results.read_text()))
-    if args.write:
-        args.readme.write_text(new)
-        return 0
+        return UNUSABLE
+    try:
+        text, new = _rendered(args)
+        if args.write:
+            write_atomic(args.readme, new)
+            return 0
+    except ValueError as exc:
+        print(f"readme: {exc}", file=sys.stderr)
+        return UNUSABLE
+    except OSError as exc:
+        print(f"readme: --readme {args.readme}: cannot write it: {exc.strerror or exc}",
+              file=sys.stderr)
+        return UNUSABLE
     if new != text:
         print(f"readme: tables in {_shown(args.readme)} differ from {_shown(args.results)} and "
-              f"{_shown(args.model_results)}; run `python -m flashrepro_harness readme --write`")
+              f"{_shown(args.model_results)}; run `flashrepro readme --write`")
         return 1
     print(f"readme: the tables in {_shown(args.readme)} match {_shown(args.results)} and "
           f"{_shown(args.model_results)}")

@@ -20,6 +20,7 @@ from flashrepro_harness.bench.tune import (
     problems,
     table_head_dim,
 )
+from flashrepro_harness.outputs import write_atomic
 from flashrepro_harness.problem import add_grid_arguments
 from flashrepro_harness.progress import progress
 
@@ -103,6 +104,6 @@ def run(args: argparse.Namespace) -> int:
         print(tabulate(rows, ["config", "µs", "note"], tablefmt="simple"))
         table[key] = cfg.as_dict()
     if args.write:
-        TUNED_TABLE.write_text(json.dumps(dict(sorted(table.items())), indent=1) + "\n")
+        write_atomic(TUNED_TABLE, json.dumps(dict(sorted(table.items())), indent=1) + "\n")
         print(f"wrote {TUNED_TABLE}")
     return 0

@@ -10,6 +10,7 @@ with, the gate settings, and an append-only ``history`` of every run that was ma
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,12 +18,24 @@ from typing import Any
 import numpy as np
 
 from flashrepro_harness.env import gpu_key
-from flashrepro_harness.results import REFERENCE_PREFIX, RESULTS_SCHEMA
+from flashrepro_harness.gate.inputs import BASELINE_SCHEMA, check_baseline, read_json
+from flashrepro_harness.gate.refusals import BaselineError, ResultsError
+from flashrepro_harness.gate.stats import MAX_ROUNDS
+from flashrepro_harness.outputs import write_atomic
+from flashrepro_harness.results import (
+    COMPLETE,
+    PRODUCT_RECORDS,
+    REFERENCE_PREFIX,
+    is_product,
+    split_name,
+)
 
-SCHEMA = "flashrepro.baseline/1"
-FLASHREPRO_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel",
-                      "flashrepro-p-in-registers")
-"""Records the gate judges: this project's kernels (names from the results JSON format)."""
+__all__ = ["BaselineError", "ResultsError"]  # re-exported: the gate's refusals of its files
+
+SCHEMA = BASELINE_SCHEMA
+FLASHREPRO_RECORDS = PRODUCT_RECORDS
+"""Records the gate judges: this project's kernels (:data:`flashrepro_harness.results.
+PRODUCT_RECORDS`, and any record named ``flashrepro...``)."""
 REFERENCE_RECORD = "torch-flash"
 """The denominator of the primary metric: torch SDPA's flash backend, timed in the same rounds."""
 SOFTWARE_FIELDS = ("driver", "cuda", "torch", "triton", "image_digest")
@@ -31,10 +44,6 @@ METHOD_FIELDS = ("timer", "l2", "calls_per_round", "busy_wait_cycles")
 HOOK_FIELD = "injection_hook"
 """Stored in a baseline's method: whether its run had the slowdown test hook (even at 0)."""
 PROBLEM_FIELDS = ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal")
-
-
-class ResultsError(ValueError):
-    """A results JSON the gate cannot use (names the missing or malformed part)."""
 
 
 @dataclass(frozen=True)
@@ -123,26 +132,18 @@ def has_hook(results: dict[str, Any]) -> bool:
     return bool(results.get("injection"))
 
 
-def _timed(results: dict[str, Any]) -> dict[str, np.ndarray]:
-    """Per-round medians (µs) of every record that was timed (``skipped`` records left out)."""
-    out = {}
-    for rec in results["records"]:
-        if rec.get("skipped"):
-            continue
-        values = np.asarray(rec.get("round_medians_us", []), dtype=np.float64)
-        if values.ndim != 1 or values.size == 0:
-            raise ResultsError(f"record {rec.get('name')!r} has no 'round_medians_us' list")
-        out[rec.get("name")] = values
-    return out
+def timed(results: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per-round medians (µs) of every record that was timed (``skipped`` and ``failed``
+    records left out) of a results dict that passed
+    :func:`flashrepro_harness.gate.inputs.check_results`."""
+    return {rec["name"]: np.asarray(rec["round_medians_us"], dtype=np.float64)
+            for rec in results["records"] if "skipped" not in rec and "failed" not in rec}
 
 
 def _judged(name: str) -> str | None:
     """The suffix of a flashrepro record name (``"flashrepro (mma.sync)"`` -> ``" (mma.sync)"``),
-    None for any other record."""
-    for base in sorted(FLASHREPRO_RECORDS, key=len, reverse=True):
-        if name.startswith(base):
-            return name[len(base):]
-    return None
+    None for any other record (torch's and the peers' rows, reference twins)."""
+    return split_name(name)[1] if is_product(name) else None
 
 
 def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
@@ -156,37 +157,47 @@ def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     A flashrepro record with a reference twin (``reference:<name>``, the same row timed with a
     reference checkout's code in the same rounds: ``reproduce --reference-src``) also gets
     ``reference_us`` and ``paired``, the per-round ratio record / twin.
-    Records marked ``skipped`` (could not run on this GPU) are left out.
+    Records marked ``skipped`` or ``failed`` are left out (a flashrepro one is a failure,
+    found before: :func:`flashrepro_harness.gate.check.kernel_failures`).
+
+    A run paired with a reference checkout (``results["reference"]`` without an ``error``)
+    must have a timed twin for every flashrepro row: a missing or skipped one is refused, not
+    judged against the baseline instead.
 
     Raises:
-        ResultsError: no ``env``, ``problem`` or ``records`` key, no ``torch-flash`` record,
-            a record whose round count differs from its reference's or its twin's, a timed
-            record without round medians, or no flashrepro record with a reference.
+        ResultsError: no ``torch-flash`` record, a flashrepro record without the torch-flash
+            record of its suffix, a record whose round count differs from its reference's or
+            its twin's, a paired row without a timed twin, or no flashrepro record at all.
     """
-    missing = [k for k in ("env", "problem", "records") if k not in results]
-    if missing:
-        raise ResultsError(f"results lack the top-level keys {missing}")
-    if results.get("schema") != RESULTS_SCHEMA or results.get("kind") != "reproduce":
-        raise ResultsError(f"results must be a {RESULTS_SCHEMA!r} file of kind 'reproduce' (what "
-                           f"`python -m flashrepro_harness reproduce` writes), got schema "
-                           f"{results.get('schema')!r}, kind {results.get('kind')!r}")
-    timed = _timed(results)
-    if REFERENCE_RECORD not in timed:
+    rounds = timed(results)
+    if REFERENCE_RECORD not in rounds:
         raise ResultsError(f"results have no {REFERENCE_RECORD!r} record, the reference of the "
                            "gate's primary metric")
+    reference = results.get("reference") or {}
+    paired_run = bool(reference) and not reference.get("error")
+    reasons = {r["name"]: r.get("skipped") or r.get("failed") for r in results["records"]}
     out: dict[str, dict[str, list[float]]] = {}
-    for name, us in timed.items():
+    for name, us in rounds.items():
         suffix = _judged(name)
-        ref_name = REFERENCE_RECORD + (suffix or "")
-        if suffix is None or ref_name not in timed:
+        if suffix is None:
             continue
-        ref = timed[ref_name]
+        ref_name = REFERENCE_RECORD + suffix
+        if ref_name not in rounds:
+            raise ResultsError(f"flashrepro record {name!r} has no timed {ref_name!r} record "
+                               "in its rounds, the reference of its ratio")
+        ref = rounds[ref_name]
         if us.size != ref.size:
             raise ResultsError(f"record {name!r} has {us.size} rounds but {ref_name!r} "
                                f"has {ref.size}: per-round ratios need the same rounds")
         out.setdefault(ref_name, {"us": ref.tolist()})
         out[name] = {"us": us.tolist(), "ratio": (us / ref).tolist()}
-        twin = timed.get(REFERENCE_PREFIX + name)
+        twin = rounds.get(REFERENCE_PREFIX + name)
+        if twin is None and paired_run:
+            why = reasons.get(REFERENCE_PREFIX + name) or "no such record"
+            raise ResultsError(f"record {name!r} has no timed reference twin "
+                               f"'{REFERENCE_PREFIX}{name}' ({why}): in a run paired with "
+                               f"{reference.get('commit') or reference.get('src')}, every "
+                               "flashrepro row is judged by its twin, never left to the baseline")
         if twin is not None:
             if twin.size != us.size:
                 raise ResultsError(f"record {name!r} has {us.size} rounds but its reference "
@@ -216,39 +227,50 @@ def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
     first = runs[0]
     ref = {"env": fingerprint(first["env"]), "problem": first["problem"],
            "method": {**first.get("method", {}), HOOK_FIELD: has_hook(first)}}
-    names = list(_timed(first))
-    timed = []
+    names = list(timed(first))
+    rounds = []
     for i, run in enumerate(runs):
         diffs = differences(ref, run)
         if diffs:
             raise ResultsError(f"run {i} differs from run 0 in "
                                + ", ".join(f"{d.field} ({d.baseline} vs {d.current})"
                                            for d in diffs) + "; pool runs of one environment")
-        timed.append(_timed(run))
-        if list(timed[-1]) != names:
-            raise ResultsError(f"run {i} timed {list(timed[-1])}, run 0 timed {names}")
+        rounds.append(timed(run))
+        if list(rounds[-1]) != names:
+            raise ResultsError(f"run {i} timed {list(rounds[-1])}, run 0 timed {names}")
+    errors = {rec["name"]: [] for rec in first["records"] if rec["name"] in names}
+    for run in runs:
+        for rec in run["records"]:
+            if rec["name"] in errors:
+                errors[rec["name"]].append(rec["max_abs_err"])
     last = runs[-1]
-    return {**last, "method": {**last.get("method", {}), "rounds": sum(t[names[0]].size
-                                                                       for t in timed),
-                               "pooled_runs": len(runs)},
-            "records": [{"name": n, "round_medians_us": np.concatenate([t[n] for t in timed]
-                                                                       ).tolist()}
+    pooled = sum(r[names[0]].size for r in rounds)
+    if pooled > MAX_ROUNDS:
+        raise ResultsError(f"{len(runs)} runs pool to {pooled} rounds; a baseline holds at most "
+                           f"{MAX_ROUNDS} (gate.stats.MAX_ROUNDS)")
+    return {**last, "method": {**last.get("method", {}), "rounds": pooled,
+                               "pooled_runs": len(runs)}, COMPLETE: True,
+            "records": [{"name": n, "round_medians_us": np.concatenate([r[n] for r in rounds]
+                                                                       ).tolist(),
+                         "max_abs_err": _worst(errors[n])}
                         for n in names]}
 
 
+def _worst(errors: list[float]) -> float:
+    """The largest error, NaN if any is NaN (a failed check stays failed)."""
+    return math.nan if any(math.isnan(e) for e in errors) else max(errors)
+
+
 def load(path: Path) -> dict[str, Any] | None:
-    """The baseline at ``path``, or None when there is none.
+    """The baseline at ``path``, or None when there is no file there.
 
     Raises:
-        ValueError: the file is not a baseline of schema :data:`SCHEMA`.
+        BaselineError: something other than a file is there, or a file that breaks the rules
+            of :func:`flashrepro_harness.gate.inputs.check_baseline` (schema, types, samples).
     """
-    if not path.is_file():
+    if not path.exists():
         return None
-    data = json.loads(path.read_text())
-    if data.get("schema") != SCHEMA:
-        raise ValueError(f"{path} is not a baseline of schema {SCHEMA!r} "
-                         f"(schema {data.get('schema')!r})")
-    return data
+    return check_baseline(read_json(path, f"baseline {path}", BaselineError), path)
 
 
 def history_entry(results: dict[str, Any], samples: dict[str, dict[str, list[float]]]
@@ -302,6 +324,14 @@ def build(results: dict[str, Any], previous: dict[str, Any] | None, settings: di
 
 
 def write(path: Path, baseline: dict[str, Any]) -> None:
-    """Write ``baseline`` to ``path`` (parents created), indented JSON."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(baseline, indent=1) + "\n")
+    """Write ``baseline`` to ``path`` (parents created), indented JSON, atomically
+    (:func:`flashrepro_harness.outputs.write_atomic`: a write cut short leaves the old file).
+
+    Raises:
+        BaselineError: the folder or the file cannot be made or written.
+    """
+    try:
+        write_atomic(path, json.dumps(baseline, indent=1) + "\n")
+    except OSError as exc:
+        raise BaselineError(f"--baseline-dir: cannot write the baseline {path}: "
+                            f"{exc.strerror or exc}") from exc

@@ -2,13 +2,20 @@
 
 :func:`check` is what ``python -m flashrepro_harness gate`` and ``reproduce --gate`` call;
 :func:`update_baseline` is ``--update-baseline``. Neither measures anything: both read the
-results dict (see ``DESIGN.md``, "Results JSON").
+results dict (docs/design.md, "File formats").
+
+The gate fails closed. Before any timing is compared, input it will not judge is refused
+(:mod:`flashrepro_harness.gate.refusals`: malformed files, another problem than this
+checkout's article, settings looser than the caps, too few rounds for the test to reject, a
+missing baseline folder, a paired row without its twin), and a run whose kernels failed is a
+failure (:func:`kernel_failures`: a flashrepro row that did not run or that the baseline or
+the reference has and the run lacks, a timed row over the output tolerance).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -16,28 +23,35 @@ import numpy as np
 
 from flashrepro_harness.gate import baseline as bl
 from flashrepro_harness.gate import host
+from flashrepro_harness.gate.inputs import check_results, is_number
+from flashrepro_harness.gate.refusals import (
+    BaselineError,
+    ExitCode,
+    ProblemMismatch,
+    Refused,
+    ResultsError,
+)
 from flashrepro_harness.gate.stats import (
     DEFAULT_ABS_THRESHOLD,
     DEFAULT_CONFIDENCE,
     DEFAULT_RESAMPLES,
     DEFAULT_THRESHOLD,
+    MAX_CONFIDENCE,
+    MAX_THRESHOLD,
+    RESAMPLES_RANGE,
     Comparison,
     compare,
     compare_paired,
+    min_rounds,
 )
+from flashrepro_harness.paths import ARTICLE_TOML
+from flashrepro_harness.problem import load_article
+from flashrepro_harness.results import REFERENCE_PREFIX, is_product, output_tolerance
+
+__all__ = ["ExitCode", "Settings", "Verdict", "check", "kernel_failures", "update_baseline"]
 
 FEW_ROUNDS = 20
 """Below this many rounds the gate warns that only large slowdowns can be caught."""
-
-
-class ExitCode(IntEnum):
-    """Process exit codes of ``python -m flashrepro_harness gate``."""
-
-    PASS = 0
-    REGRESSION = 1
-    NO_BASELINE = 2
-    ENV_MISMATCH = 3
-    BAD_INPUT = 4
 
 
 @dataclass(frozen=True)
@@ -82,8 +96,8 @@ class Verdict:
     """The gate's answer for one results dict.
 
     Attributes:
-        status: ``pass``, ``regression``, ``no-baseline``, ``env-mismatch`` or
-            ``baseline-updated``.
+        status: ``pass``, ``regression``, ``no-baseline``, ``env-mismatch``,
+            ``kernel-failure`` or ``baseline-updated``.
         exit_code: the process exit code (:class:`ExitCode`).
         baseline_path: where the baseline is (or would be).
         gpu_key, problem_key: the baseline's keys.
@@ -99,6 +113,8 @@ class Verdict:
         env_differences: what differs from the baseline's environment.
         warnings: anything the reader should know (e.g. environment compared anyway).
         drift: per record, the current median ratio against the oldest history entry.
+        failures: what failed (:func:`kernel_failures`: ``record``, ``rule``, ``detail``);
+            any makes the status ``kernel-failure`` (exit 5) and nothing is compared.
         host_cost: per record, host and eager µs per call, with the baseline's where stored
             (:func:`flashrepro_harness.gate.host.compare`; shown, never gated).
         baseline_commit, baseline_date: of the baseline's samples.
@@ -119,6 +135,7 @@ class Verdict:
     env_differences: list[bl.EnvDifference] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     drift: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, str]] = field(default_factory=list)
     host_cost: list[dict[str, Any]] = field(default_factory=list)
     baseline_commit: str | None = None
     baseline_date: str | None = None
@@ -157,23 +174,129 @@ class Verdict:
             "secondary": [c.as_dict() for c in self.secondary],
             "env_differences": [asdict(d) for d in self.env_differences],
             "warnings": list(self.warnings), "drift": list(self.drift),
-            "host_cost": list(self.host_cost),
+            "failures": list(self.failures), "host_cost": list(self.host_cost),
         }
 
 
-def _settings(stored: dict[str, Any] | None, threshold: float | None,
-              abs_threshold: float | None, confidence: float | None) -> Settings:
-    """Explicit arguments first, then the baseline's stored settings, then the defaults."""
+SETTING_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "threshold": (lambda v: is_number(v) and 0 <= v <= MAX_THRESHOLD,
+                  f"a number in [0, {MAX_THRESHOLD:g}] (gate.stats.MAX_THRESHOLD)"),
+    "abs_threshold": (lambda v: is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
+    "confidence": (lambda v: is_number(v) and 0.5 < v <= MAX_CONFIDENCE,
+                   f"a number in (0.5, {MAX_CONFIDENCE:g}] (gate.stats.MAX_CONFIDENCE)"),
+    "n_resamples": (lambda v: isinstance(v, int) and not isinstance(v, bool)
+                    and RESAMPLES_RANGE[0] <= v <= RESAMPLES_RANGE[1],
+                    f"an int in [{RESAMPLES_RANGE[0]}, {RESAMPLES_RANGE[1]}]"),
+}
+"""What each gate setting may be, wherever it comes from (a baseline or the caller)."""
+
+
+def _settings(stored: dict[str, Any] | None, given: dict[str, float | None],
+              source: str) -> tuple[Settings, list[str]]:
+    """Explicit arguments first, then the baseline's stored settings, then the defaults; each
+    checked against :data:`SETTING_RULES`. Returns the settings and a note for every stored
+    value that is not the default (never taken silently).
+
+    Raises:
+        BaselineError: a stored setting breaks its rule (``source`` names the baseline).
+        Refused: an argument breaks its rule.
+    """
     stored = stored or {}
     default = Settings()
+    values, notes = {}, []
+    for name, (ok, rule) in SETTING_RULES.items():
+        if given.get(name) is not None:
+            value, origin = given[name], None
+        elif name in stored:
+            value, origin = stored[name], source
+        else:
+            value, origin = getattr(default, name), None
+        if not ok(value):
+            error = BaselineError if origin else Refused
+            raise error(f"{origin or 'argument'}: gate setting {name} = {value!r} must be {rule}")
+        if origin and value != getattr(default, name):
+            notes.append(f"gate setting {name} = {value:g} read from the {origin} (default "
+                         f"{getattr(default, name):g})")
+        values[name] = value
+    return Settings(**values), notes
 
-    def pick(name: str, value: float | None) -> Any:
-        return value if value is not None else stored.get(name, getattr(default, name))
 
-    return Settings(threshold=pick("threshold", threshold),
-                    abs_threshold=pick("abs_threshold", abs_threshold),
-                    confidence=pick("confidence", confidence),
-                    n_resamples=int(stored.get("n_resamples", default.n_resamples)))
+def _check_problem(results: dict[str, Any], label: str) -> None:
+    """Refuse results of another problem than this checkout's article problem: the judge
+    decides what is timed, so an edited article.toml (hence another baseline key) cannot be
+    judged against a baseline of its choosing.
+
+    Raises:
+        ProblemMismatch: a field of :data:`~flashrepro_harness.gate.baseline.PROBLEM_FIELDS`
+            differs (exit 6).
+    """
+    own = load_article()[0].as_dict()
+    got = results["problem"]
+    diff = [f"{f} {got.get(f)!r} (article: {own[f]!r})" for f in bl.PROBLEM_FIELDS
+            if got.get(f) != own[f]]
+    if diff:
+        raise ProblemMismatch(f"{label}: the results' problem is not the article problem of "
+                              f"the checkout judging it ({ARTICLE_TOML.name}): "
+                              f"{', '.join(diff)}; only that problem is judged")
+
+
+def kernel_failures(results: dict[str, Any], baseline: dict[str, Any] | None = None,
+                    baseline_path: Path | None = None) -> list[dict[str, str]]:
+    """What failed in a results dict that passed
+    :func:`~flashrepro_harness.gate.inputs.check_results`, each ``{"record", "rule",
+    "detail"}``:
+
+    * a flashrepro row (:func:`flashrepro_harness.results.is_product`) marked ``failed`` or
+      ``skipped``: the product must run; only torch's backends and the peers may be skipped;
+    * a timed row, any row, whose ``max_abs_err`` is not at most the output tolerance of the
+      problem's dtype (:data:`flashrepro_harness.results.OUTPUT_TOLERANCE`; NaN is over it);
+    * a reference twin ``reference:X`` whose row X is not in the run;
+    * with ``baseline``: a flashrepro row the baseline has and the run lacks.
+    """
+    dtype = results["problem"]["dtype"]
+    tolerance = output_tolerance(dtype)
+    names = {rec["name"] for rec in results["records"]}
+    out = []
+    for rec in results["records"]:
+        name = rec["name"]
+        state = next((k for k in ("failed", "skipped") if k in rec), None)
+        if state is not None:
+            if is_product(name):
+                out.append({"record": name, "rule": "a flashrepro row must run (only torch's "
+                            "backends and the optional peers may be skipped)",
+                            "detail": f"{state}: {rec[state]}"})
+            continue
+        err = rec["max_abs_err"]
+        if not err <= tolerance:  # NaN too
+            out.append({"record": name, "rule": f"max abs(o - ref) <= {tolerance:g}, ref = "
+                        f"float32 attention on the same inputs ({dtype} output tolerance, "
+                        "results.OUTPUT_TOLERANCE)", "detail": f"max abs(o - ref) = {err:.3g}"})
+        if name.startswith(REFERENCE_PREFIX) and name.removeprefix(REFERENCE_PREFIX) not in names:
+            out.append({"record": name.removeprefix(REFERENCE_PREFIX),
+                        "rule": "a row the reference has must be in the run",
+                        "detail": f"{name!r} was timed, the row itself is missing"})
+    for name in (baseline or {}).get("records", {}):
+        if is_product(name) and name not in names:
+            out.append({"record": name, "rule": "a flashrepro row the baseline has must be in "
+                        "the run", "detail": f"missing; the baseline {baseline_path} has it"})
+    return out
+
+
+def _check_rounds(results: dict[str, Any], base: dict[str, Any] | None, st: Settings,
+                  label: str, path: Path) -> None:
+    """Refuse samples too few for the test to reject (:func:`~flashrepro_harness.gate.stats.
+    min_rounds` at the settings' confidence), in the results or the baseline."""
+    need = min_rounds(st.confidence)
+    why = (f"the gate needs at least {need} rounds at confidence {st.confidence:g}: at fewer "
+           "the one-sided Wilcoxon signed-rank test cannot reject (its smallest p at n rounds "
+           "is 2^-n; gate.stats.min_rounds)")
+    for name, us in bl.timed(results).items():
+        if us.size < need:
+            raise ResultsError(f"{label}: record {name!r} has {us.size} rounds; {why}")
+    for name, rec in (base or {}).get("records", {}).items():
+        if len(rec["round_medians_us"]) < need:
+            raise BaselineError(f"baseline {path}: record {name!r} has "
+                                f"{len(rec['round_medians_us'])} rounds; {why}")
 
 
 def _fields(diffs: list[bl.EnvDifference]) -> str:
@@ -217,7 +340,7 @@ def _compare_all(samples: dict[str, dict[str, list[float]]], base: dict[str, Any
                                  metric="us", threshold=st.abs_threshold,
                                  confidence=st.confidence, n_resamples=st.n_resamples))
     for name in stored:
-        if name not in samples:
+        if name not in samples and not is_product(name):  # a flashrepro one is a failure
             warnings.append(f"the baseline has record {name!r} but this run does not")
     rounds = min(len(s["us"]) for s in samples.values())
     if rounds < FEW_ROUNDS:
@@ -232,61 +355,103 @@ def _compare_all(samples: dict[str, dict[str, list[float]]], base: dict[str, Any
     return primary, secondary, warnings
 
 
+ENV_NOTE = ("the environment differs from the baseline's; compared anyway because of "
+            "--allow-env-mismatch")
+
+
 def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | None = None,
           abs_threshold: float | None = None, confidence: float | None = None,
           allow_env_mismatch: bool = False, results_path: str | None = None,
-          env_note: str = "the environment differs from the baseline's; compared anyway "
-                          "because of --allow-env-mismatch") -> Verdict:
-    """Compare a results dict with its stored baseline.
+          env_note: str = ENV_NOTE) -> Verdict:
+    """Judge a results dict: paired rows by their reference twins, the others against the
+    stored baseline of their GPU and problem.
 
     Args:
-        results: a results dict (``reproduce.json``'s content) with ``env`` (GPU included),
-            ``problem``, ``method`` and ``records`` holding ``torch-flash`` and at least one
-            flashrepro record, each with ``round_medians_us`` (µs) over the same rounds.
-        baseline_dir: root of the baselines (``reproduce/baselines``).
-        threshold: tolerated slowdown of the ratio to torch-flash, in [0, 1); None: the
+        results: a results dict (``reproduce.json``'s content; the rules:
+            :func:`flashrepro_harness.gate.inputs.check_results`).
+        baseline_dir: root of the baselines (``reproduce/baselines``); must be a folder.
+        threshold: tolerated slowdown of the ratio to torch-flash, in [0, 0.1]; None: the
             baseline's stored value, else :data:`~flashrepro_harness.gate.stats.DEFAULT_THRESHOLD`.
         abs_threshold: warning level for absolute µs; None as above.
-        confidence: two-sided bootstrap level; None as above.
+        confidence: two-sided bootstrap level, in (0.5, 0.99]; None as above.
         allow_env_mismatch: compare even when the environment differs (with a warning).
         results_path: path of the results file, used in the messages only.
         env_note: the warning given when the environment differs and is compared anyway.
 
     Returns:
         A :class:`Verdict`; ``verdict.exit_code`` is 0 pass, 1 regression, 2 no baseline,
-        3 environment mismatch.
+        3 environment mismatch, 5 kernel failure (:func:`kernel_failures`).
 
     Raises:
-        flashrepro_harness.gate.baseline.ResultsError: ``results`` lacks a GPU, the problem, the
-            torch-flash record or every flashrepro record, or rounds differ between records.
-        ValueError: a baseline file of another schema, or fewer than 5 rounds.
+        flashrepro_harness.gate.refusals.Refused: input the gate will not judge, with its exit
+            code: 4 for malformed results or baseline, a missing ``baseline_dir``, settings
+            outside their rules, too few rounds, a paired row without a twin; 6 for results of
+            another problem than this checkout's article problem.
     """
-    samples = bl.round_samples(results)
-    path = bl.baseline_path(baseline_dir, results)
+    label = results_path or "results"
+    check_results(results, label)
+    _check_problem(results, label)
+    baseline_dir = Path(baseline_dir)
+    if not baseline_dir.is_dir():
+        raise BaselineError(f"--baseline-dir {baseline_dir}: no such folder (missing or "
+                            "misspelled?); the gate reads the baselines there: give the "
+                            "committed reproduce/baselines, or make one with --update-baseline")
+    given = {"threshold": threshold, "abs_threshold": abs_threshold, "confidence": confidence}
+    return _judge(results, baseline_dir, given, label, allow_env_mismatch=allow_env_mismatch,
+                  results_path=results_path, env_note=env_note)
+
+
+def _named(label: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """``fn(*args)``, its :class:`ResultsError` prefixed with ``label`` (the file)."""
+    try:
+        return fn(*args)
+    except ResultsError as exc:
+        raise ResultsError(f"{label}: {exc}") from exc
+
+
+def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float | None],
+           label: str, *, allow_env_mismatch: bool, results_path: str | None, env_note: str,
+           failures: list[dict[str, str]] | None = None) -> Verdict:
+    """:func:`check` after its input checks; ``failures`` given: those of the runs of a
+    baseline update (the missing-row rule left out), else :func:`kernel_failures` here."""
+    path = _named(label, bl.baseline_path, baseline_dir, results)
     base = bl.load(path)
-    st = _settings(base.get("gate") if base else None, threshold, abs_threshold, confidence)
+    st, notes = _settings(base.get("gate") if base else None, given, f"baseline {path}")
     verdict = Verdict(status="no-baseline", exit_code=ExitCode.NO_BASELINE, baseline_path=path,
                       gpu_key=bl.fingerprint(results["env"])["gpu_key"],
                       problem_key=bl.problem_key(results["problem"]), settings=st,
                       results_path=results_path, reference=results.get("reference"))
+    verdict.warnings.extend(notes)
+    if bl.REFERENCE_RECORD not in bl.timed(results):
+        raise ResultsError(f"{label}: no timed {bl.REFERENCE_RECORD!r} record, the reference "
+                           "of the gate's primary metric")
+    verdict.failures = kernel_failures(results, base, path) if failures is None else failures
+    if verdict.failures:
+        verdict.status, verdict.exit_code = "kernel-failure", ExitCode.KERNEL_FAILURE
+        return verdict
+    _check_rounds(results, base, st, label, path)
+    samples = _named(label, bl.round_samples, results)
     injected = {n: i.get("fraction") for n, i in results.get("injection", {}).items()}
     if injected:
         verdict.warnings.append(f"this run has an injected slowdown (test hook "
                                 f"FLASHREPRO_INJECT_SLOWDOWN): {injected}")
+    if results.get("test_hooks"):
+        verdict.warnings.append(f"this run had test hooks set: {results['test_hooks']}")
     if (results.get("reference") or {}).get("error"):
         verdict.warnings.append(f"the reference checkout did not load "
                                 f"({results['reference']['error']}): no record is paired, every "
                                 "one is judged against the committed baseline")
     paired = [n for n, s in samples.items() if "paired" in s]
+    unpaired = [n for n, s in samples.items() if "ratio" in s and "paired" not in s]
     verdict.paired = [compare_paired(samples[n]["us"], samples[n]["reference_us"], record=n,
                                      threshold=st.threshold, confidence=st.confidence,
                                      n_resamples=st.n_resamples) for n in paired]
     verdict.host_cost, host_warnings = host.compare(results, base)
     if base is None:
-        if paired:
+        if paired and not unpaired:
             verdict.warnings.append("no committed baseline for this GPU and problem: judged "
                                     "by the paired reference alone")
-        return _decide(verdict)
+        return _decide(verdict, unpaired, "no-baseline")
     verdict.warnings.extend(host_warnings)
     verdict.baseline_commit = base["env"].get("git_commit")
     verdict.baseline_date = base["env"].get("date")
@@ -298,7 +463,7 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
         verdict.warnings.append("the environment differs from the committed baseline's ("
                                 f"{_fields(verdict.env_differences)}): only the paired "
                                 "comparisons were judged")
-        return _decide(verdict)
+        return _decide(verdict, unpaired, "env-mismatch")
     if verdict.env_differences:
         verdict.warnings.append(f"{env_note} ({_fields(verdict.env_differences)})")
     primary, secondary, warnings = _compare_all(samples, base, st)
@@ -319,22 +484,33 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     return _decide(verdict)
 
 
-def _decide(verdict: Verdict) -> Verdict:
+def _decide(verdict: Verdict, unjudged: list[str] | None = None,
+            unjudged_status: str = "no-baseline") -> Verdict:
     """Status and exit code from the deciding comparisons (paired, and the committed
-    baseline's for records without a twin); none: the verdict stays "no-baseline"."""
-    if not verdict.paired and not verdict.comparisons:
-        return verdict
-    regressed = bool(verdict.regressions)
-    verdict.status = "regression" if regressed else "pass"
-    verdict.exit_code = ExitCode.REGRESSION if regressed else ExitCode.PASS
+    baseline's for records without a twin). A regression decides; else rows left unjudged
+    (no twin, and no usable baseline) give ``unjudged_status``; none compared at all: the
+    verdict stays "no-baseline"."""
+    if verdict.regressions:
+        verdict.status, verdict.exit_code = "regression", ExitCode.REGRESSION
+    elif unjudged:
+        codes = {"no-baseline": ExitCode.NO_BASELINE, "env-mismatch": ExitCode.ENV_MISMATCH}
+        verdict.status, verdict.exit_code = unjudged_status, codes[unjudged_status]
+        verdict.warnings.append(f"records {unjudged} have no reference twin and no baseline "
+                                "to be judged against: not a pass")
+    elif verdict.paired or verdict.comparisons:
+        verdict.status, verdict.exit_code = "pass", ExitCode.PASS
     return verdict
 
 
-def _refuse_injected(results: dict[str, Any]) -> None:
-    slowed = [n for n, i in results.get("injection", {}).items() if i.get("fraction", 0) > 0]
+def _refuse_injected(results: dict[str, Any], label: str) -> None:
+    slowed = [n for n, i in results.get("injection", {}).items()
+              if i.get("fraction") != 0]
     if slowed:
-        raise bl.ResultsError(f"records {slowed} were slowed by the test hook "
-                              "FLASHREPRO_INJECT_SLOWDOWN; such a run cannot be a baseline")
+        raise ResultsError(f"{label}: records {slowed} were slowed by the test hook "
+                           "FLASHREPRO_INJECT_SLOWDOWN; such a run cannot be a baseline")
+    if results.get("test_hooks"):
+        raise ResultsError(f"{label}: the run had test hooks set ({results['test_hooks']}); "
+                           "such a run cannot be a baseline")
 
 
 def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir: Path, *,
@@ -350,27 +526,43 @@ def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir
     software, median ratio and µs per record) is appended. When a previous baseline exists,
     the returned verdict carries the comparison with it (for information; any environment
     difference is listed). Settings are the arguments, else the previous baseline's, else the
-    defaults, and are stored in the new baseline.
+    defaults, and are stored in the new baseline. The file is written atomically
+    (:func:`flashrepro_harness.gate.baseline.write`); ``baseline_dir`` is created if missing.
 
     Returns:
-        A :class:`Verdict` with status ``baseline-updated`` and exit code 0.
+        A :class:`Verdict` with status ``baseline-updated`` and exit code 0; or, when a run has
+        :func:`kernel_failures` (the rows of the previous baseline are not required), the
+        ``kernel-failure`` verdict (exit 5) and nothing is written.
 
     Raises:
-        As :func:`check`; also :class:`~flashrepro_harness.gate.baseline.ResultsError` for a run
-        with an injected slowdown above 0 (``FLASHREPRO_INJECT_SLOWDOWN``), never a baseline, and
-        for runs that cannot be pooled.
+        As :func:`check` (a missing ``baseline_dir`` aside); also
+        :class:`~flashrepro_harness.gate.refusals.ResultsError` for a run with an injected
+        slowdown above 0 (``FLASHREPRO_INJECT_SLOWDOWN``) or another test hook, never a
+        baseline, and for runs that cannot be pooled;
+        :class:`~flashrepro_harness.gate.refusals.BaselineError` when the file cannot be
+        written.
     """
     runs = results if isinstance(results, list) else [results]
-    for run in runs:
-        _refuse_injected(run)
-    results = runs[0] if len(runs) == 1 else bl.pool(runs)
-    previous_verdict = check(results, baseline_dir, threshold=threshold,
-                             abs_threshold=abs_threshold, confidence=confidence,
-                             allow_env_mismatch=True, results_path=results_path,
-                             env_note="the new baseline's environment differs from the "
-                                      "previous one's")
+    if not runs:
+        raise ResultsError("pool needs at least one results dict")
+    label = results_path or "results"
+    failures = []
+    for i, run in enumerate(runs):
+        name = label if len(runs) == 1 else f"{label} (run {i})"
+        check_results(run, name)
+        _check_problem(run, name)
+        _refuse_injected(run, name)
+        failures += kernel_failures(run)
+    pooled = runs[0] if len(runs) == 1 else _named(label, bl.pool, runs)
+    given = {"threshold": threshold, "abs_threshold": abs_threshold, "confidence": confidence}
+    previous_verdict = _judge(pooled, Path(baseline_dir), given, label,
+                              allow_env_mismatch=True, results_path=results_path,
+                              env_note="the new baseline's environment differs from the "
+                                       "previous one's", failures=failures)
+    if previous_verdict.failures:
+        return previous_verdict
     path = previous_verdict.baseline_path
-    new = bl.build(results, bl.load(path), previous_verdict.settings.as_dict())
+    new = bl.build(pooled, bl.load(path), previous_verdict.settings.as_dict())
     bl.write(path, new)
     previous_verdict.status, previous_verdict.exit_code = "baseline-updated", ExitCode.PASS
     return previous_verdict

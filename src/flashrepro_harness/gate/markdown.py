@@ -22,6 +22,7 @@ HEADLINES = {
     "regression": "REGRESSION",
     "no-baseline": "NO BASELINE",
     "env-mismatch": "ENVIRONMENT MISMATCH",
+    "kernel-failure": "KERNEL FAILURE",
     "baseline-updated": "BASELINE UPDATED",
 }
 
@@ -86,6 +87,14 @@ def _mismatch(v: Verdict) -> list[str]:
             f"python -m flashrepro_harness gate --results {results} --update-baseline", "```"]
 
 
+def _failures(v: Verdict) -> list[str]:
+    rows = [[f["record"], f["rule"], f["detail"]] for f in v.failures]
+    return ["**What failed** (nothing was compared: a failed or wrong kernel is never timed "
+            "into a pass)", "",
+            tabulate(rows, headers=["record", "rule", "found"], tablefmt="github",
+                     disable_numparse=True)]
+
+
 def _drift(v: Verdict) -> list[str]:
     if not v.drift:
         return []
@@ -128,7 +137,9 @@ def render(v: Verdict) -> str:
              "", f"GPU `{v.gpu_key}`, problem `{v.problem_key}`, baseline `{v.shown_baseline}`"
              + (f" (commit `{(v.baseline_commit or 'unknown')[:12]}`, {v.baseline_date})"
                 if v.baseline_date else "") + ".", ""]
-    if v.status == "no-baseline" and not v.comparisons and not v.paired:
+    if v.status == "kernel-failure":
+        lines += _failures(v)
+    elif v.status == "no-baseline" and not v.comparisons and not v.paired:
         lines += _no_baseline(v)
     elif v.status == "env-mismatch":
         lines += _mismatch(v)

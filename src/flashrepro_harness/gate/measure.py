@@ -13,12 +13,13 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from flashrepro_harness.bench.impls import make_call
+from flashrepro_harness.bench.impls import make_call, output_errors
 from flashrepro_harness.bench.timing import SLEEP_CYCLES, interleaved_rounds
 from flashrepro_harness.env import capture, nvml_clocks
 from flashrepro_harness.gate.baseline import FLASHREPRO_RECORDS, REFERENCE_RECORD
 from flashrepro_harness.gate.inject import apply_from_env
 from flashrepro_harness.problem import Problem
+from flashrepro_harness.results import COMPLETE, output_tolerance
 
 METHOD = {"timer": "cuda-events", "l2": "flushed before each call (256 MiB zeroed)",
           "statistic": "median of per-round medians", "busy_wait_cycles": SLEEP_CYCLES}
@@ -43,8 +44,10 @@ def kernels(problem: dict[str, Any], names: tuple[str, ...], seed: int = 0
 
 
 def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, rounds: int,
-            calls_per_round: int, env: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Time ``fns`` in interleaved rounds; return a results dict.
+            calls_per_round: int, env: dict[str, Any] | None = None,
+            seed: int = 0) -> dict[str, Any]:
+    """Check the outputs of ``fns``, time them in interleaved rounds; return a complete results
+    dict.
 
     Args:
         fns: record name -> zero-argument callable (see :func:`kernels`).
@@ -52,6 +55,9 @@ def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, ro
         rounds: interleaved rounds (>= 1).
         calls_per_round: timed calls per kernel and round; a round's value is their median.
         env: environment block; default :func:`flashrepro_harness.env.capture` now.
+        seed: the seed :func:`kernels` made the inputs with: each output is checked against
+            float32 attention on those inputs (:func:`flashrepro_harness.bench.impls.
+            output_errors`; callables on other inputs read as wrong, and the gate fails them).
 
     With ``FLASHREPRO_INJECT_SLOWDOWN`` set, the flashrepro records are slowed by the test
     hook (:func:`flashrepro_harness.gate.inject.apply_from_env`) and the results carry
@@ -60,14 +66,20 @@ def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, ro
     Returns:
         ``{"schema", "kind", "env", "clocks_before", "clocks_after", "problem", "method",
         "records"}`` (+ ``"injection"``); each record holds ``round_medians_us`` (µs),
-        ``median_us``, ``q25_us``, ``q75_us`` (quartiles of the round medians), ``tflops`` and
-        ``ratio_vs_torch_flash`` (median of per-round ratios, when torch-flash was timed).
+        ``median_us``, ``q25_us``, ``q75_us`` (quartiles of the round medians), ``tflops``,
+        ``ratio_vs_torch_flash`` (median of per-round ratios, when torch-flash was timed),
+        ``max_abs_err`` and ``tolerance``; ``"complete": true``.
+
+    Raises:
+        flashrepro_harness.bench.impls.KernelFailed: a callable raised in the output check.
     """
+    p = Problem(**problem)
+    errors = output_errors(p.causal, fns, p.inputs(seed=seed))
     fns, injections = apply_from_env(fns, FLASHREPRO_RECORDS)
     clocks_before = nvml_clocks()
     rounds_us = interleaved_rounds(fns, rounds, calls_per_round)
     clocks_after = nvml_clocks()
-    flops = Problem(**problem).flops()
+    flops = p.flops()
     ref = rounds_us.get(REFERENCE_RECORD)
     records = []
 
@@ -82,8 +94,9 @@ def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, ro
         records.append({
             "name": name, "round_medians_us": values, "median_us": med, "q25_us": q25,
             "q75_us": q75, "tflops": flops / med / 1e6,
-            "ratio_vs_torch_flash": ratio(values), "config": None})
-    return {"schema": "flashrepro.results/1", "kind": "reproduce",
+            "ratio_vs_torch_flash": ratio(values), "config": None,
+            "max_abs_err": errors[name], "tolerance": output_tolerance(p.dtype)})
+    return {"schema": "flashrepro.results/1", "kind": "reproduce", COMPLETE: True,
             "env": env if env is not None else capture(),
             "clocks_before": clocks_before, "clocks_after": clocks_after,
             "problem": dict(problem),

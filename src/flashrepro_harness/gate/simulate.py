@@ -31,6 +31,7 @@ from tabulate import tabulate
 from flashrepro_harness.gate.baseline import REFERENCE_RECORD, pool, round_samples
 from flashrepro_harness.gate.stats import DEFAULT_THRESHOLD, compare
 from flashrepro_harness.problem import load_article
+from flashrepro_harness.results import COMPLETE, output_tolerance
 
 MEANS_US = {"flashrepro": 47.0, "flashrepro-article-config": 47.0, "article-kernel": 47.0,
             REFERENCE_RECORD: 61.0}
@@ -67,19 +68,28 @@ def synthetic_env(gpu_key: str = "nvidia-h200", **software: Any) -> dict[str, An
     return env
 
 
+SYNTHETIC_ERROR = 5e-4
+"""``max_abs_err`` of every synthetic record: a correct float16 output (below the tolerance of
+:data:`flashrepro_harness.results.OUTPUT_TOLERANCE`)."""
+
+
 def results_from_rounds(rounds_us: dict[str, list[float]], env: dict[str, Any],
                         calls_per_round: int = 10) -> dict[str, Any]:
-    """A results dict (the reproduce format) from per-round medians (µs) of each record."""
+    """A complete results dict (the reproduce format) from per-round medians (µs) of each
+    record, every output correct (:data:`SYNTHETIC_ERROR`)."""
     ref = np.asarray(rounds_us[REFERENCE_RECORD])
+    problem = load_article()[0]
     records = []
     for name, values in rounds_us.items():
         v = np.asarray(values, dtype=np.float64)
         q25, med, q75 = np.percentile(v, [25, 50, 75])
         records.append({"name": name, "round_medians_us": v.tolist(), "median_us": float(med),
                         "q25_us": float(q25), "q75_us": float(q75),
-                        "ratio_vs_torch_flash": float(np.median(v / ref)), "config": None})
-    return {"schema": "flashrepro.results/1", "kind": "reproduce", "env": env,
-            "problem": load_article()[0].as_dict(),
+                        "ratio_vs_torch_flash": float(np.median(v / ref)), "config": None,
+                        "max_abs_err": SYNTHETIC_ERROR,
+                        "tolerance": output_tolerance(problem.dtype)})
+    return {"schema": "flashrepro.results/1", "kind": "reproduce", COMPLETE: True, "env": env,
+            "problem": problem.as_dict(),
             "method": {"timer": "cuda-events", "l2": "flushed before each call",
                        "statistic": "median of per-round medians", "rounds": len(ref),
                        "calls_per_round": calls_per_round},

@@ -25,6 +25,7 @@ The resampling uses a fixed seed, so the same samples always give the same verdi
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
@@ -38,11 +39,47 @@ DEFAULT_ABS_THRESHOLD = 0.10
 DEFAULT_CONFIDENCE = 0.95
 DEFAULT_RESAMPLES = 2000
 SEED = 0
-MIN_SAMPLES = 5
+MAX_THRESHOLD = 0.10
+"""The loosest threshold the gate accepts, from a baseline or the command line. The largest
+offset of unchanged code measured on the H200 is 3.2 % (one machine of three against the
+committed baseline, docs/gate.md); 10 % is three times that, and a threshold past it would
+pass changes of the size this project reports as real (+12.2 % with the article causal
+entry's persistent schedule switched off)."""
+MAX_CONFIDENCE = 0.99
+"""The highest confidence accepted: a higher one lowers the test's level, hence its power, as
+a looser threshold would."""
+MAX_ROUNDS = 10_000
+"""Most samples per record the gate reads (100 per run; a baseline pools a few runs): the
+bootstrap holds resamples x samples values (2000 x 10,000 x 8 bytes = 160 MB), and a file
+asking for more is refused before anything is allocated."""
+RESAMPLES_RANGE = (1000, 100_000)
+"""Bootstrap resamples a baseline may store."""
 RATIO_ROUNDING = 1e-12
 """Log-ratios this close to ``log(1 + threshold)`` count as at the threshold (float rounding
 of ``current / reference``, some 1e-16; µs timings carry no digit near 1e-12)."""
-"""Fewer rounds than this cannot give a meaningful test; the gate refuses them."""
+
+
+def min_rounds(confidence: float = DEFAULT_CONFIDENCE) -> int:
+    """The fewest rounds at which the decision rule can flag a slowdown at all.
+
+    The one-sided tests run at ``alpha = (1 - confidence) / 2``. The paired test's smallest
+    p-value at n rounds is the exact Wilcoxon signed-rank p when every ratio is above the
+    threshold, ``2^-n``, so ``p < alpha`` needs ``n > log2(1 / alpha)``: 6 rounds at the default
+    95 % (2^-5 = 0.031 is not below 0.025; 2^-6 = 0.016 is). The Mann-Whitney test against a
+    baseline of m >= n rounds reaches ``1 / C(n + m, n)``, far lower, and the percentile
+    bootstrap's lower bound clears the threshold whenever every round does, so neither needs
+    more.
+
+    Raises:
+        ValueError: ``confidence`` outside (0.5, 1).
+    """
+    if not 0.5 < confidence < 1:
+        raise ValueError(f"confidence must be in (0.5, 1), got {confidence}")
+    return math.floor(math.log2(2 / (1 - confidence))) + 1
+
+
+MIN_SAMPLES = min_rounds()
+"""Fewest rounds at the default confidence (6): fewer cannot flag any slowdown."""
 
 
 @dataclass(frozen=True)
@@ -90,10 +127,14 @@ def _relative_median_change(c: np.ndarray, b: np.ndarray, axis: int = -1) -> np.
     return np.median(c, axis=axis) / np.median(b, axis=axis) - 1.0
 
 
-def _checked(values: Sequence[float], name: str) -> np.ndarray:
+def _checked(values: Sequence[float], name: str, confidence: float) -> np.ndarray:
+    if len(values) > MAX_ROUNDS:
+        raise ValueError(f"{name} must hold at most {MAX_ROUNDS} values, got {len(values)}")
     a = np.asarray(values, dtype=np.float64)
-    if a.ndim != 1 or a.size < MIN_SAMPLES:
-        raise ValueError(f"{name} must be a flat list of at least {MIN_SAMPLES} values, got "
+    need = min_rounds(confidence)
+    if a.ndim != 1 or a.size < need:
+        raise ValueError(f"{name} must be a flat list of at least {need} values (the fewest "
+                         f"at which the test can reject at confidence {confidence:g}), got "
                          f"shape {a.shape}")
     if not np.all(np.isfinite(a)) or np.any(a <= 0):
         raise ValueError(f"{name} must hold finite values > 0 (times or time ratios)")
@@ -113,8 +154,9 @@ def compare(current: Sequence[float], baseline: Sequence[float], *, record: str,
     """Apply the decision rule to one metric of one record.
 
     Args:
-        current: the current run's per-round values (> 0, larger = slower), at least 5.
-        baseline: the baseline's per-round values, same unit, at least 5.
+        current: the current run's per-round values (> 0, larger = slower), at least
+            :func:`min_rounds` and at most :data:`MAX_ROUNDS`.
+        baseline: the baseline's per-round values, same unit, as many.
         record: record name, carried into the result.
         metric: ``"ratio"`` or ``"us"``, carried into the result.
         threshold: tolerated relative slowdown, in [0, 1) (0.02 = 2 %).
@@ -127,11 +169,12 @@ def compare(current: Sequence[float], baseline: Sequence[float], *, record: str,
         A :class:`Comparison`.
 
     Raises:
-        ValueError: fewer than 5 values, a value that is not finite and > 0, a threshold
-            outside [0, 1) or a confidence outside (0.5, 1).
+        ValueError: fewer than :func:`min_rounds` or more than :data:`MAX_ROUNDS` values, a
+            value that is not finite and > 0, a threshold outside [0, 1) or a confidence outside
+            (0.5, 1).
     """
-    c, b = _checked(current, "current"), _checked(baseline, "baseline")
     _check_settings(threshold, confidence)
+    c, b = _checked(current, "current", confidence), _checked(baseline, "baseline", confidence)
     change = float(_relative_median_change(c, b))
     if np.all(c == c[0]) and np.all(b == b[0]):
         ci_low = ci_high = change  # no spread at all: the bootstrap has nothing to resample
@@ -173,7 +216,8 @@ def compare_paired(current: Sequence[float], reference: Sequence[float], *, reco
     ``threshold``"), on paired samples: no stored baseline's offset enters.
 
     Args:
-        current: per-round values (µs) of the code under test, at least 5, > 0.
+        current: per-round values (µs) of the code under test, > 0, as many as
+            :func:`compare` takes.
         reference: the reference code's per-round values, same rounds (same length).
         record: record name, carried into the result.
         threshold, confidence, n_resamples, seed: as in :func:`compare`.
@@ -186,10 +230,10 @@ def compare_paired(current: Sequence[float], reference: Sequence[float], *, reco
     Raises:
         ValueError: as :func:`compare`; also samples of different lengths.
     """
-    c, b = _checked(current, "current"), _checked(reference, "reference")
+    _check_settings(threshold, confidence)
+    c, b = _checked(current, "current", confidence), _checked(reference, "reference", confidence)
     if c.size != b.size:
         raise ValueError(f"paired samples need the same rounds, got {c.size} and {b.size}")
-    _check_settings(threshold, confidence)
     r = c / b
     change = float(_median_change(r))
     if np.all(r == r[0]):

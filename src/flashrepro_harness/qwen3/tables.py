@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tabulate import tabulate
 
+from flashrepro_harness.outputs import replaced_on_success, write_atomic
 from flashrepro_harness.qwen3 import IMPLS, MODES, REFERENCE, SDPA_IMPLS
 from flashrepro_harness.qwen3.classify import EXPECTED_KERNEL
 from flashrepro_harness.results import RESULTS_SCHEMA as SCHEMA
@@ -144,7 +145,8 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
     axes.flat[0].legend(fontsize=8)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with replaced_on_success(path) as tmp:
+        fig.savefig(tmp, dpi=110)
 
 
 def caption(environment: dict[str, Any], layers: int) -> str:
@@ -189,8 +191,8 @@ def write_results(out_dir: Path, results: dict[str, Any]) -> None:
     """``model.json``, ``model.md`` (:func:`markdown`) and ``model.png`` (:func:`plot`, needs
     matplotlib: the ``plot`` extra) under ``out_dir`` from a results dict (what ``flashrepro
     model`` measures or :func:`merge` joins)."""
-    (out_dir / "model.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
-    (out_dir / "model.md").write_text(markdown(results))
+    write_atomic(out_dir / "model.json", json.dumps(results, indent=1, default=str) + "\n")
+    write_atomic(out_dir / "model.md", markdown(results))
     if results["rows"]:
         plot(results["rows"], out_dir / "model.png", results_caption(results))
 

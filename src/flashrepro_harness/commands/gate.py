@@ -1,10 +1,13 @@
-"""``python -m flashrepro_harness gate``: judge a results JSON against its per-GPU baseline.
+"""``python -m flashrepro_harness gate``: judge a results JSON by its reference twins, else
+against its per-GPU baseline (:mod:`flashrepro_harness.gate`).
 
-Exit codes: 0 pass, 1 regression, 2 no baseline, 3 environment mismatch, 4 unusable input.
-The verdict is printed, written to ``--summary`` and appended to ``$GITHUB_STEP_SUMMARY`` when
-set, and written as JSON to ``--verdict-json`` when given. The results files are only read: a
-checker does not modify its input (``reproduce --gate`` stores the verdict in the
-``reproduce.json`` it writes itself).
+Exit codes (:class:`flashrepro_harness.gate.ExitCode`): 0 pass, 1 regression, 2 no baseline
+(or a usage error), 3 environment mismatch, 4 unusable input, 5 kernel failure, 6 another
+problem than this checkout's article problem; every refusal names the file and the rule
+(docs/gate.md). The verdict is printed, written to ``--summary`` and appended to
+``$GITHUB_STEP_SUMMARY`` when set, and written as JSON to ``--verdict-json`` when given. The
+results files are only read: a checker does not modify its input (``reproduce --gate`` stores
+the verdict in the ``reproduce.json`` it writes itself).
 """
 
 from __future__ import annotations
@@ -13,23 +16,33 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from flashrepro_harness.gate.check import ExitCode, Verdict, check, update_baseline
 from flashrepro_harness.outputs import OutputError, output_file, write_text
-from flashrepro_harness.report import write_summary
 from flashrepro_harness.results import baseline_dir
 
+if TYPE_CHECKING:
+    from flashrepro_harness.gate.check import Verdict
 
-def _fraction(name: str, low: float, high: float, closed_low: bool):
+MAX_THRESHOLD = 0.10
+"""As :data:`flashrepro_harness.gate.stats.MAX_THRESHOLD` (kept here so ``--help`` does not
+import the statistics; tests/test_gate.py checks they agree)."""
+MAX_CONFIDENCE = 0.99
+"""As :data:`flashrepro_harness.gate.stats.MAX_CONFIDENCE`."""
+
+
+def _fraction(name: str, low: float, high: float, closed_low: bool, closed_high: bool = False):
     def parse(text: str) -> float:
         try:
             value = float(text)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{name} must be a number, got {text!r}") from None
-        ok = (low <= value if closed_low else low < value) and value < high
+        ok = ((low <= value if closed_low else low < value)
+              and (value <= high if closed_high else value < high))
         if not ok:
-            lo = "[" if closed_low else "("
-            raise argparse.ArgumentTypeError(f"{name} must be in {lo}{low}, {high}), got {value}")
+            lo, hi = "[" if closed_low else "(", "]" if closed_high else ")"
+            raise argparse.ArgumentTypeError(
+                f"{name} must be in {lo}{low:g}, {high:g}{hi}, got {value:g}")
         return value
     return parse
 
@@ -42,18 +55,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "into one baseline. Only read, never modified (the verdict goes to "
                              "--verdict-json)")
     parser.add_argument("--baseline-dir", type=Path, default=baseline_dir(),
-                        help="root of the per-GPU baselines (default: $FLASHREPRO_BASELINE_DIR "
-                             "or reproduce/baselines)")
+                        help="root of the per-GPU baselines, an existing folder (default: "
+                             "$FLASHREPRO_BASELINE_DIR or reproduce/baselines)")
     parser.add_argument("--update-baseline", action="store_true",
                         help="make this run the baseline (history kept and appended); exit 0")
-    parser.add_argument("--threshold", type=_fraction("--threshold", 0, 1, True), default=None,
+    parser.add_argument("--threshold",
+                        type=_fraction("--threshold", 0, MAX_THRESHOLD, True, True),
+                        default=None,
                         help="tolerated slowdown of the ratio to torch-flash (to the reference "
-                             "twin for paired rows), e.g. 0.02 = 2%% "
-                             "(default: the baseline's stored value, else 0.02)")
+                             "twin for paired rows), e.g. 0.02 = 2%%, at most "
+                             f"{MAX_THRESHOLD:g} (default: the baseline's stored value, else "
+                             "0.02)")
     parser.add_argument("--abs-threshold", type=_fraction("--abs-threshold", 0, 1, True),
                         default=None, help="warn when absolute µs are slower by more than this "
                                            "(default: the baseline's, else 0.10)")
-    parser.add_argument("--confidence", type=_fraction("--confidence", 0.5, 1, False),
+    parser.add_argument("--confidence",
+                        type=_fraction("--confidence", 0.5, MAX_CONFIDENCE, False, True),
                         default=None, help="two-sided bootstrap confidence (default 0.95)")
     parser.add_argument("--allow-env-mismatch", action="store_true",
                         help="compare even when driver/CUDA/torch/triton/image differ (warns)")
@@ -75,6 +92,8 @@ def publish(verdict: Verdict, summary: Path | None = None) -> None:
         OutputError: ``summary`` cannot be written.
         OSError: ``$GITHUB_STEP_SUMMARY`` cannot be appended to.
     """
+    from flashrepro_harness.report import write_summary
+
     print(verdict.markdown)
     if summary is not None:  # first, for an error that names --summary
         write_text("--summary", summary, verdict.markdown)
@@ -82,30 +101,28 @@ def publish(verdict: Verdict, summary: Path | None = None) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from flashrepro_harness.gate.check import check, update_baseline
+    from flashrepro_harness.gate.inputs import read_json
+    from flashrepro_harness.gate.refusals import ExitCode, Refused
+
     paths = args.results
     if len(paths) > 1 and not args.update_baseline:
         print("gate: several --results files are pooled only with --update-baseline; judge one "
               "run at a time", file=sys.stderr)
         return ExitCode.BAD_INPUT
-    runs = []
-    for path in paths:
-        try:
-            runs.append(json.loads(path.read_text()))
-        except (OSError, json.JSONDecodeError) as exc:
-            print(f"gate: --results {path}: cannot read a JSON file: {exc}", file=sys.stderr)
-            return ExitCode.BAD_INPUT
     names = " ".join(str(p) for p in paths)
     kwargs = {"threshold": args.threshold, "abs_threshold": args.abs_threshold,
               "confidence": args.confidence, "results_path": names}
     try:
+        runs = [read_json(path, f"--results {path}") for path in paths]
         if args.update_baseline:
             verdict = update_baseline(runs, args.baseline_dir, **kwargs)
         else:
             verdict = check(runs[0], args.baseline_dir,
                             allow_env_mismatch=args.allow_env_mismatch, **kwargs)
-    except ValueError as exc:  # ResultsError included
-        print(f"gate: --results {names}: {exc}", file=sys.stderr)
-        return ExitCode.BAD_INPUT
+    except Refused as exc:
+        print(f"gate: {exc} (exit {int(exc.exit_code)})", file=sys.stderr)
+        return exc.exit_code
     try:
         publish(verdict, args.summary)
         if args.verdict_json is not None:

@@ -1,0 +1,571 @@
+"""Fault injection (issue 31): every way the gate was found to pass what it must fail, driven
+through the command line (:func:`flashrepro_harness.cli.main`) as the GPU job runs it.
+
+Two paths:
+
+* ``reproduce --gate`` for real on the CPU: the kernels run under Triton's interpreter on a
+  small problem (written as the article's, so the judge and the run agree), and only the GPU
+  parts are stood in for: the timer (:class:`FakeTimer`), the environment capture, the
+  busy-wait length and the architecture. A kernel can raise, return NaN, or declare itself
+  slower; the reference checkout is a copy of ``src/flashrepro``.
+* ``gate --results`` on mutated copies of the committed H200 run
+  (``reproduce/results/nvidia-h200/reproduce.json``, paired A/A), judged against the committed
+  baselines.
+
+Each test names the issue's case it covers; each failed on the code before the fix (the
+``control`` tests pass on both). Case 6 (the runners' Triton cache) and the workflow half of
+case 5 (which checkout judges a pull request) concern the workflow and the runners, not the
+gate's code, and are not here.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+import flashrepro
+from flashrepro.validation import interpreter_mode
+from flashrepro_harness import env, problem
+from flashrepro_harness.bench import reproduce as bench_reproduce
+from flashrepro_harness.cli import main
+from flashrepro_harness.gate.simulate import synthetic_env
+
+REPO = Path(__file__).resolve().parents[1]
+COMMITTED = REPO / "reproduce" / "results" / "nvidia-h200" / "reproduce.json"
+BASELINES = REPO / "reproduce" / "baselines"
+BASELINE_FILE = BASELINES / "nvidia-h200" / "b2-h16-q1024-k1024-d128-float16-causal.json"
+WRONG_OUTPUT = "FLASHREPRO_TEST_WRONG_OUTPUT"
+SMALL_ARTICLE = """[problem]
+batch = 1
+heads = 2
+seqlen = 64
+head_dim = 16
+dtype = "float16"
+causal = true
+
+[published]
+ratio_first = 2.14
+ratio_tuned = 1.12
+"""
+ROUNDS = "12"
+
+
+def cli(argv: list[str]) -> int:
+    """The exit status of a process running ``flashrepro ARGV``: what :func:`main` returns,
+    argparse's ``SystemExit`` code, or 1 with the traceback on stderr for an exception that
+    escapes (what Python does)."""
+    try:
+        return int(main(argv))
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
+    except Exception:
+        traceback.print_exc()
+        return 1
+
+
+# -- gate --results on mutated copies of the committed run --------------------------------------
+
+@pytest.fixture
+def good() -> dict[str, Any]:
+    """The committed paired A/A run, marked complete (reproduce's last step)."""
+    data = json.loads(COMMITTED.read_text())
+    data["complete"] = True
+    return data
+
+
+def _write(path: Path, data: Any) -> Path:
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _gate(results: Path, *extra: str, baseline_dir: Path = BASELINES) -> int:
+    return cli(["gate", "--results", str(results), "--baseline-dir", str(baseline_dir), *extra])
+
+
+def _record(data: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(r for r in data["records"] if r["name"] == name)
+
+
+def _slow(data: dict[str, Any], name: str, factor: float) -> None:
+    """Record ``name``'s rounds ``factor`` times slower (its twin unchanged)."""
+    rec = _record(data, name)
+    rec["round_medians_us"] = [x * factor for x in rec["round_medians_us"]]
+    rec["median_us"] *= factor
+
+
+def test_control_the_committed_paired_run_passes(good: dict[str, Any], tmp_path: Path) -> None:
+    """The control: the unmutated run passes, so every refusal below is the mutation's."""
+    assert _gate(_write(tmp_path / "r.json", good)) == 0
+
+
+def test_case1_skipped_flashrepro_rows_fail(good: dict[str, Any], tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Every flashrepro.attention call raising: the rows calling it skipped, only the frozen
+    article kernel left to judge."""
+    for rec in [r for r in good["records"] if r["name"].startswith("flashrepro")]:
+        for key in [k for k in rec if k not in ("name", "description", "causal")]:
+            del rec[key]
+        rec["skipped"] = "CUDA error: an illegal memory access was encountered"
+    assert _gate(_write(tmp_path / "r.json", good)) == 5
+    out = capsys.readouterr().out
+    assert "KERNEL FAILURE (exit 5)" in out and "| flashrepro " in out and "must run" in out
+
+
+def test_case1_a_row_the_baseline_has_and_the_run_lacks_fails(good: dict[str, Any],
+                                                              tmp_path: Path) -> None:
+    good["records"] = [r for r in good["records"]
+                       if r["name"] not in ("flashrepro (mma.sync)",
+                                            "reference:flashrepro (mma.sync)")]
+    assert _gate(_write(tmp_path / "r.json", good)) == 5
+
+
+def test_case1_a_row_the_reference_has_and_the_run_lacks_fails(good: dict[str, Any],
+                                                               tmp_path: Path) -> None:
+    good["records"] = [r for r in good["records"] if r["name"] != "flashrepro"]
+    assert _gate(_write(tmp_path / "r.json", good)) == 5
+
+
+@pytest.mark.parametrize(("row", "error"), [("flashrepro", 0.5), ("flashrepro", math.nan),
+                                            ("flashrepro (mma.sync)", 0.0051),
+                                            ("torch-cudnn", 0.5)])
+def test_case2_a_row_over_the_output_tolerance_fails(good: dict[str, Any], tmp_path: Path,
+                                                     row: str, error: float,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    _record(good, row)["max_abs_err"] = error
+    assert _gate(_write(tmp_path / "r.json", good)) == 5
+    out = capsys.readouterr().out
+    assert row in out and "tolerance" in out
+
+
+def test_case2_a_timed_row_without_an_output_check_is_refused(good: dict[str, Any],
+                                                              tmp_path: Path) -> None:
+    del _record(good, "flashrepro")["max_abs_err"]
+    assert _gate(_write(tmp_path / "r.json", good)) == 4
+
+
+def _rounds(data: dict[str, Any], n: int) -> None:
+    for rec in data["records"]:
+        if "round_medians_us" in rec:
+            rec["round_medians_us"] = rec["round_medians_us"][:n]
+            rec.pop("ratio_rounds", None)
+    data["method"]["rounds"] = n
+
+
+def test_case3_too_few_rounds_to_reject_are_refused(good: dict[str, Any], tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """At 5 rounds the smallest one-sided Wilcoxon p is 1/32 > 0.025: a 3x slowdown could
+    never fail. Refused (4), not "inconclusive"; at 6 rounds the same slowdown fails."""
+    _slow(good, "flashrepro", 3.0)
+    five, six = copy.deepcopy(good), copy.deepcopy(good)
+    _rounds(five, 5)
+    _rounds(six, 6)
+    assert _gate(_write(tmp_path / "five.json", five)) == 4
+    assert "at least 6 rounds" in capsys.readouterr().err
+    assert _gate(_write(tmp_path / "six.json", six)) == 1
+
+
+def test_case4_a_missing_baseline_dir_is_refused(good: dict[str, Any], tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "reproduce" / "baslines"
+    assert _gate(_write(tmp_path / "r.json", good), baseline_dir=missing) == 4
+    assert f"--baseline-dir {missing}" in capsys.readouterr().err
+
+
+def test_case4_a_skipped_twin_is_refused(good: dict[str, Any], tmp_path: Path) -> None:
+    _slow(good, "flashrepro", 3.0)
+    twin = _record(good, "reference:flashrepro")
+    for key in [k for k in twin if k not in ("name", "description", "causal", "reference_of")]:
+        del twin[key]
+    twin["skipped"] = "no reference twin: the reference has another KernelConfig"
+    (tmp_path / "empty").mkdir()
+    assert _gate(_write(tmp_path / "r.json", good), baseline_dir=tmp_path / "empty") == 4
+
+
+def test_case4_duplicate_record_names_are_refused(good: dict[str, Any], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    fast = copy.deepcopy(_record(good, "flashrepro"))
+    _slow(good, "flashrepro", 3.0)
+    good["records"].append(fast)  # last one wins, before
+    assert _gate(_write(tmp_path / "r.json", good)) == 4
+    assert "'flashrepro' twice" in capsys.readouterr().err
+
+
+def test_case5_a_loose_threshold_in_the_baseline_is_refused(good: dict[str, Any],
+                                                            tmp_path: Path) -> None:
+    bdir = tmp_path / "baselines"
+    shutil.copytree(BASELINES, bdir)
+    path = bdir / BASELINE_FILE.relative_to(BASELINES)
+    base = json.loads(path.read_text())
+    base["gate"]["threshold"] = 0.99
+    path.write_text(json.dumps(base))
+    _slow(good, "flashrepro", 1.5)
+    assert _gate(_write(tmp_path / "r.json", good), baseline_dir=bdir) == 4
+
+
+def test_case5_a_loose_threshold_option_is_refused(good: dict[str, Any], tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    _slow(good, "flashrepro", 1.3)
+    assert _gate(_write(tmp_path / "r.json", good), "--threshold", "0.5") == 2
+    assert "--threshold must be in [0, 0.1]" in capsys.readouterr().err
+
+
+def test_case5_results_of_another_problem_are_refused(good: dict[str, Any],
+                                                      tmp_path: Path) -> None:
+    """A pull request that edits article.toml times another problem, whose baseline key has
+    no baseline: the judge compares it with its own article problem instead (exit 6)."""
+    good["problem"]["seqlen_q"] = good["problem"]["seqlen_k"] = 512
+    _slow(good, "flashrepro", 3.0)
+    _slow(good, "reference:flashrepro", 3.0)
+    assert _gate(_write(tmp_path / "r.json", good)) == 6
+
+
+def test_case7_a_baseline_write_cut_short_leaves_the_old_file(good: dict[str, Any],
+                                                              tmp_path: Path) -> None:
+    """Under a 32 KiB file-size limit the 69,690-byte baseline was cut to 32,768 bytes and
+    lost its history. Written atomically, the old file stays whole, and the refusal is exit 4
+    with a message."""
+    bdir = tmp_path / "baselines"
+    shutil.copytree(BASELINES, bdir)
+    target = bdir / BASELINE_FILE.relative_to(BASELINES)
+    before = target.read_bytes()
+    results = _write(tmp_path / "r.json", good)
+    child = textwrap.dedent("""
+        import resource, signal, sys
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (32768, 32768))
+        from flashrepro_harness.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    proc = subprocess.run(
+        [sys.executable, "-c", child, "gate", "--update-baseline", "--results", str(results),
+         "--baseline-dir", str(bdir)], capture_output=True, text=True, timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src"), "PYTHONDONTWRITEBYTECODE": "1"})
+    assert target.read_bytes() == before
+    assert len(json.loads(target.read_text())["history"]) == 9
+    assert [p.name for p in target.parent.iterdir()] == [target.name], "a temporary file left"
+    assert proc.returncode == 4, proc.stderr
+    assert "Traceback" not in proc.stderr and str(target.parent) in proc.stderr
+
+
+def test_case7_results_without_the_completion_marker_are_refused(good: dict[str, Any],
+                                                                 tmp_path: Path) -> None:
+    del good["complete"]
+    assert _gate(_write(tmp_path / "r.json", good)) == 4
+
+
+def _non_utf8(path: Path, data: dict[str, Any]) -> None:
+    path.write_bytes(json.dumps(data).encode()[:-1] + b' "\xff\xfe"}')
+
+
+@pytest.mark.parametrize("mutate", [
+    pytest.param(_non_utf8, id="non-utf8"),
+    pytest.param(lambda p, d: p.write_text("5"), id="top-level-5"),
+    pytest.param(lambda p, d: p.write_text("null"), id="top-level-null"),
+    pytest.param(lambda p, d: _write(p, {**d, "records": [1]}), id="records-[1]"),
+    pytest.param(lambda p, d: _write(p, {**d, "records": [
+        {**r, "host_us": None} if r["name"] == "flashrepro" else r for r in d["records"]]}),
+        id="host_us-null"),
+])
+def test_case8_malformed_results_exit_4_with_the_file_and_the_rule(
+        good: dict[str, Any], tmp_path: Path, mutate,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.json"
+    mutate(path, good)
+    assert _gate(path) == 4
+    err = capsys.readouterr().err
+    assert str(path) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("content", [[], {"schema": "flashrepro.baseline/1"}], ids=["[]", "no-env"])
+def test_case8_malformed_baseline_exits_4(good: dict[str, Any], tmp_path: Path, content: Any,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    bdir = tmp_path / "baselines"
+    shutil.copytree(BASELINES, bdir)
+    path = bdir / BASELINE_FILE.relative_to(BASELINES)
+    if isinstance(content, dict):
+        content = {k: v for k, v in json.loads(BASELINE_FILE.read_text()).items() if k != "env"}
+    path.write_text(json.dumps(content))
+    assert _gate(_write(tmp_path / "r.json", good), baseline_dir=bdir) == 4
+    err = capsys.readouterr().err
+    assert str(path) in err and "Traceback" not in err
+
+
+def test_case8_an_unwritable_baseline_dir_exits_4(good: dict[str, Any], tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    results = _write(tmp_path / "r.json", good)
+    assert cli(["gate", "--update-baseline", "--results", str(results),
+                "--baseline-dir", "/proc"]) == 4
+    err = capsys.readouterr().err
+    assert "/proc" in err and "Traceback" not in err
+
+
+def test_case8_an_unbounded_round_count_is_refused_before_allocating(
+        good: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for rec in good["records"]:
+        if "round_medians_us" in rec:
+            rec["round_medians_us"] = (rec["round_medians_us"] * 101)[:10_001]
+            rec.pop("ratio_rounds", None)
+    assert _gate(_write(tmp_path / "r.json", good)) == 4
+    assert "10000 rounds" in capsys.readouterr().err
+
+
+def test_case8_readme_check_shows_a_skipped_row(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """fa4-cute skipped on a host without flash-attn-4: a table that differs, not a
+    KeyError."""
+    data = json.loads(COMMITTED.read_text())
+    for rec in data["records"]:
+        if rec["name"].startswith("fa4-cute"):
+            for key in [k for k in rec if k not in ("name", "description", "causal")]:
+                del rec[key]
+            rec["skipped"] = "flash_attn.cute.flash_attn_func is not available"
+    path = _write(tmp_path / "r.json", data)
+    assert cli(["readme", "--check", "--results", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert "differ" in out and "Traceback" not in err
+    from flashrepro_harness import readme
+    row = next(line for line in readme.headline(data).splitlines() if "`fa4-cute`" in line)
+    assert "skipped" in row
+
+
+def test_case8_readme_check_names_a_missing_file(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    missing = tmp_path / "nowhere" / "reproduce.json"
+    assert cli(["readme", "--check", "--results", str(missing)]) == 4
+    err = capsys.readouterr().err
+    assert str(missing) in err and "Traceback" not in err
+
+
+# -- reproduce --gate for real on the CPU, with the GPU timer stood in for ------------------------
+
+class FakeTimer:
+    """Stands in for :func:`flashrepro_harness.bench.timing.interleaved_rounds`.
+
+    Each callable is called once (a kernel that raises, raises here); its per-round µs are
+    ``base x cost x machine_r x (1 + 0.2 % noise)``: base 61 µs for torch's rows and 26 µs for
+    the others, ``machine_r`` shared by the round (1 % sd), ``cost`` 1 unless the call
+    multiplied :attr:`cost` (a kernel declaring itself slower)."""
+
+    def __init__(self) -> None:
+        self.cost = 1.0
+        self.rng = np.random.default_rng(0)
+
+    def __call__(self, fns, rounds: int, calls_per_round: int) -> dict[str, list[float]]:
+        machine = 1 + 0.01 * self.rng.standard_normal(rounds)
+        out = {}
+        for name, fn in fns.items():
+            self.cost = 1.0
+            fn()
+            base = 61.0 if name.startswith("torch") else 26.0
+            noise = 1 + 0.002 * self.rng.standard_normal(rounds)
+            out[name] = (base * self.cost * machine * noise).tolist()
+        return out
+
+
+@pytest.fixture(scope="module")
+def reference_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of this checkout's ``src/flashrepro``: the paired reference (the base commit)."""
+    src = tmp_path_factory.mktemp("reference") / "src"
+    shutil.copytree(Path(flashrepro.__file__).parent, src / "flashrepro",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    return src
+
+
+@pytest.fixture
+def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeTimer:
+    """A CUDA GPU as ``reproduce`` sees it, on the CPU: a small article problem (for the run
+    and the judge), inputs on the CPU, no synchronisation, an H200's environment, the sm_80
+    path (no mma.sync child), no FA4, and :class:`FakeTimer` for the timer."""
+    if not interpreter_mode():
+        pytest.skip("runs the kernels under Triton's interpreter")
+    toml = tmp_path / "article.toml"
+    toml.write_text(SMALL_ARTICLE)
+    monkeypatch.setattr(problem.load_article, "__defaults__", (toml,))
+    inputs = problem.Problem.inputs
+    monkeypatch.setattr(problem.Problem, "inputs",
+                        lambda self, device="cpu", seed=0: inputs(self, device="cpu", seed=seed))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    monkeypatch.setattr(env, "capture", lambda: synthetic_env())
+    monkeypatch.setattr(env, "nvml_clocks", lambda *args: {})
+    monkeypatch.setattr(bench_reproduce, "busy_wait_us", lambda: 1000.0)
+    monkeypatch.setattr(bench_reproduce, "launch_arch", lambda *args: 80)
+    monkeypatch.setattr(bench_reproduce, "host_and_eager_rounds",
+                        lambda fns, *args, **kwargs: {n: (10.0, 20.0) for n in fns})
+    timer = FakeTimer()
+    monkeypatch.setattr(bench_reproduce, "interleaved_rounds", timer)
+    for mod in ("flash_attn", "flash_attn.cute"):
+        monkeypatch.setitem(sys.modules, mod, None)
+    for var in ("FLASHREPRO_RESULTS_DIR", "FLASHREPRO_BASELINE_DIR", "GITHUB_STEP_SUMMARY",
+                WRONG_OUTPUT, "FLASHREPRO_INJECT_SLOWDOWN", "FLASHREPRO_REQUIRE_GPU"):
+        monkeypatch.delenv(var, raising=False)
+    (tmp_path / "baselines").mkdir()
+    return timer
+
+
+def _reproduce(tmp_path: Path, *extra: str, reference: Path | None = None,
+               rounds: str = ROUNDS, mode: str = "--gate") -> int:
+    argv = ["reproduce", *([mode] if mode else []), "--no-sass", "--rounds", rounds,
+            "--calls", "1",
+            "--out", str(tmp_path / "out"), "--baseline-dir", str(tmp_path / "baselines"),
+            *extra]
+    if reference is not None:
+        argv += ["--reference-src", str(reference)]
+    return cli(argv)
+
+
+def _patch_head(monkeypatch: pytest.MonkeyPatch, wrap) -> None:
+    """``flashrepro.attention`` of the code under test (not the reference's) replaced by
+    ``wrap(real)``: the rows flashrepro and flashrepro-article-config call it."""
+    monkeypatch.setattr(flashrepro, "attention", wrap(flashrepro.attention))
+
+
+def _slower(timer: FakeTimer, factor: float):
+    def wrap(real):
+        def attention(*args, **kwargs):
+            timer.cost *= factor
+            return real(*args, **kwargs)
+        return attention
+    return wrap
+
+
+def test_control_reproduce_gate_paired_a_a_passes(fake_gpu: FakeTimer, tmp_path: Path,
+                                          reference_src: Path) -> None:
+    """The control of the reproduce path: unchanged code, paired, passes (and the file it
+    writes passes gate --results too)."""
+    assert _reproduce(tmp_path, reference=reference_src) == 0
+    results = json.loads((tmp_path / "out" / "reproduce.json").read_text())
+    assert results["gate"]["status"] == "pass"
+    assert _gate(tmp_path / "out" / "reproduce.json", baseline_dir=tmp_path / "baselines") == 0
+
+
+def test_case1_a_raising_flashrepro_kernel_fails_reproduce_gate(
+        fake_gpu: FakeTimer, tmp_path: Path, reference_src: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def wrap(real):
+        def attention(*args, **kwargs):
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        return attention
+    _patch_head(monkeypatch, wrap)
+    assert _reproduce(tmp_path, reference=reference_src) == 5
+    out = capsys.readouterr().out
+    assert "flashrepro" in out and "illegal memory access" in out
+
+
+def test_case1_a_run_with_a_failed_kernel_is_never_a_baseline(
+        fake_gpu: FakeTimer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def wrap(real):
+        def attention(*args, **kwargs):
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory")
+        return attention
+    _patch_head(monkeypatch, wrap)
+    assert _reproduce(tmp_path, mode="--update-baseline") == 5
+    assert not any((tmp_path / "baselines").iterdir()), "a baseline without flashrepro"
+
+
+def _nan(real):
+    def attention(*args, **kwargs):
+        return real(*args, **kwargs).fill_(float("nan"))
+    return attention
+
+
+def test_case2_a_plain_reproduce_of_a_nan_kernel_exits_5(
+        fake_gpu: FakeTimer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    _patch_head(monkeypatch, _nan)
+    assert _reproduce(tmp_path, mode="") == 5
+    assert "flashrepro: max abs(o - ref) = nan" in capsys.readouterr().err
+
+
+def test_case2_a_kernel_returning_nan_fails_reproduce_gate(
+        fake_gpu: FakeTimer, tmp_path: Path, reference_src: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _patch_head(monkeypatch, _nan)
+    assert _reproduce(tmp_path, reference=reference_src) == 5
+    results = json.loads((tmp_path / "out" / "reproduce.json").read_text())
+    rec = _record(results, "flashrepro")
+    assert math.isnan(rec["max_abs_err"]) and rec["tolerance"] == 5e-3
+
+
+def test_case2_the_wrong_output_test_hook_fails_reproduce_gate(
+        fake_gpu: FakeTimer, tmp_path: Path, reference_src: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The acceptance's "kernel returning wrong values": FLASHREPRO_TEST_WRONG_OUTPUT adds
+    its value to one element of the flashrepro row's output (the head's call only)."""
+    monkeypatch.setenv(WRONG_OUTPUT, "0.01")
+    assert _reproduce(tmp_path, reference=reference_src) == 5
+    results = json.loads((tmp_path / "out" / "reproduce.json").read_text())
+    assert _record(results, "flashrepro")["max_abs_err"] == pytest.approx(0.01, abs=1e-3)
+    assert _record(results, "reference:flashrepro")["max_abs_err"] < 5e-3
+    assert _record(results, "flashrepro-article-config")["max_abs_err"] < 5e-3
+    assert results["test_hooks"] == {WRONG_OUTPUT: 0.01}
+
+
+def test_case3_reproduce_gate_refuses_too_few_rounds(
+        fake_gpu: FakeTimer, tmp_path: Path, reference_src: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    _patch_head(monkeypatch, _slower(fake_gpu, 3.0))
+    assert _reproduce(tmp_path, reference=reference_src, rounds="5") == 2
+    assert "--rounds >= 6" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    assert _reproduce(tmp_path, reference=reference_src, rounds="6") == 1
+
+
+def test_case4_reproduce_gate_refuses_a_misspelled_baseline_dir(
+        fake_gpu: FakeTimer, tmp_path: Path, reference_src: Path) -> None:
+    argv = ["--baseline-dir", str(tmp_path / "baslines")]
+    assert _reproduce(tmp_path, *argv, reference=reference_src) == 4
+    assert not (tmp_path / "out").exists(), "refused before timing"
+
+
+def test_control_reproduce_gate_a_three_times_slower_kernel_fails(
+        fake_gpu: FakeTimer, tmp_path: Path, reference_src: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    _patch_head(monkeypatch, _slower(fake_gpu, 3.0))
+    assert _reproduce(tmp_path, reference=reference_src) == 1
+
+
+def test_case7_a_failed_run_leaves_no_stale_results(
+        fake_gpu: FakeTimer, tmp_path: Path, reference_src: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run that passed, then one whose kernel fails in the timing rounds: the old
+    reproduce.json must not survive to be judged as the new run's."""
+    assert _reproduce(tmp_path, reference=reference_src) == 0
+    out = tmp_path / "out"
+    assert (out / "reproduce.json").is_file()
+    calls = []
+
+    def wrap(real):
+        def attention(*args, **kwargs):
+            calls.append(1)
+            if len(calls) > 4:  # the probe and the output check of both rows pass
+                raise RuntimeError("CUDA error: unspecified launch failure")
+            return real(*args, **kwargs)
+        return attention
+    _patch_head(monkeypatch, wrap)
+    assert _reproduce(tmp_path, reference=reference_src) == 5
+    assert not any(out.glob("reproduce.*")) and not (out / "summary.md").exists()
+    assert _gate(out / "reproduce.json", baseline_dir=tmp_path / "baselines") == 4
+
+
+def test_the_wrong_output_hook_is_the_harness_s_alone() -> None:
+    """The library never reads the test hook: only the harness's flashrepro row does."""
+    library = Path(flashrepro.__file__).parent
+    assert not [p for p in library.rglob("*.py") if WRONG_OUTPUT in p.read_text()]
+    harness = REPO / "src" / "flashrepro_harness"
+    readers = sorted(str(p.relative_to(harness)) for p in harness.rglob("*.py")
+                     if WRONG_OUTPUT in p.read_text())
+    assert readers == ["bench/reproduce.py"]
