@@ -24,7 +24,11 @@ LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
             KernelConfig(128, 64, 8, 4, tma=True, overlap=True, warp_specialize=True),
             KernelConfig(192, 64, 12, 8, tma=True, overlap=True, warp_specialize=True),
             KernelConfig(128, 128, 8, 2, tma=True, overlap=True, warp_specialize=True,
-                         tile_grid=True)]
+                         tile_grid=True),
+            KernelConfig(128, 128, 8, 2, tma=True, overlap=True, warp_specialize=True,
+                         dynamic_schedule=True),
+            KernelConfig(192, 128, 12, 3, tma=True, overlap=True, warp_specialize=True,
+                         dynamic_schedule=True)]
 
 
 @pytest.mark.parametrize("cfg", LABELLED, ids=KernelConfig.label)
@@ -55,6 +59,15 @@ def test_parse_names(name: str) -> None:
     ("192x128 w12 s1 tma overlap ws", r"overlap needs .* \(12 with block_m 192\)"),
     ("128x128 w8 s2 tma overlap tilegrid", "tile_grid needs warp_specialize"),
     ("128x128 w8 s2 tma overlap tilegrid ws", "config must be a name"),  # label order
+    # the dynamic schedule: the persistent ws kernel only
+    ("128x128 w8 s2 tma overlap dynamic", "dynamic_schedule needs warp_specialize without "
+                                          "tile_grid"),
+    ("64x64 w4 s3 dynamic", "dynamic_schedule needs warp_specialize"),
+    ("128x128 w8 s2 tma overlap ws tilegrid dynamic", "dynamic_schedule needs .* without "
+                                                      r"tile_grid \(it schedules the persistent "
+                                                      r"grid\), got 128x128 w8 s2 tma overlap "
+                                                      "ws tilegrid dynamic"),
+    ("128x128 w8 s2 tma overlap ws dynamic tilegrid", "config must be a name"),  # label order
     ("192x128 w8 s3 tma overlap ws", r"block_m must be one of .* \(or 192 with 12 warps.*got "
                                      r"192"),
     ("128x128 w12 s2 tma overlap ws", r"num_warps must be a power of two in 1..16, got 12 "
@@ -68,6 +81,22 @@ def test_parse_names(name: str) -> None:
 def test_parse_errors_name_the_rule(text: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         KernelConfig.parse(text)
+
+
+def test_dynamic_schedule_label_and_type() -> None:
+    """``dynamic`` closes the label; the flag is a bool, off unless asked (the tuned table's
+    entries, written before the field, load with it off)."""
+    cfg = KernelConfig.parse("fa3-ws3")
+    assert not cfg.dynamic_schedule and not FA3_WS.dynamic_schedule
+    assert not any(c.dynamic_schedule for c in _tuned_table().values())
+    dynamic = KernelConfig(128, 128, 8, 2, tma=True, overlap=True, warp_specialize=True,
+                           dynamic_schedule=True)
+    assert dynamic.label() == "128x128 w8 s2 tma overlap ws dynamic"
+    assert dynamic.as_dict()["dynamic_schedule"] is True
+    assert KernelConfig(**dynamic.as_dict()) == dynamic
+    with pytest.raises(TypeError, match="dynamic_schedule must be a bool, got int 1"):
+        KernelConfig(128, 128, 8, 2, tma=True, overlap=True, warp_specialize=True,
+                     dynamic_schedule=1)  # type: ignore[arg-type]
 
 
 def test_tune_takes_configs_and_masks() -> None:
@@ -303,3 +332,49 @@ def test_tile_grid_launches_one_program_per_tile(tile_grid: bool, programs: int 
         assert chosen.call.kernel is attn_fwd_gluon_ws_kernel
         assert chosen.call.grid == ((tiles if programs is None else min(tiles, programs)),)
         assert chosen.call.kwargs["NUM_CONSUMERS"] == config.block_m // 64
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_dynamic_schedule_reaches_the_ws_kernel(dynamic: bool) -> None:
+    """``dynamic_schedule``: the ws kernel's call on the persistent grid carries
+    DYNAMIC_SCHEDULE and a fresh int32 counter of one element at 0 on q's device; without it,
+    neither (the static kernel's call as before); two and three consumers."""
+    import dataclasses
+
+    import torch
+
+    from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
+    from tests.selection import choose
+
+    q = torch.zeros(3, 16, 1000, 64, dtype=torch.float16)
+    for config in (FA3_WS, NAMED["fa3-ws3"]):
+        chosen = choose(q, q, q, arch=90, causal=True, num_sms=132,
+                        config=dataclasses.replace(config, dynamic_schedule=dynamic))
+        assert chosen.call.kernel is attn_fwd_gluon_ws_kernel
+        assert chosen.call.grid == (132,)
+        kwargs = chosen.call.kwargs
+        if dynamic:
+            counter = kwargs["tile_counter"]
+            assert kwargs["DYNAMIC_SCHEDULE"] is True
+            assert counter.dtype == torch.int32 and counter.shape == (1,)
+            assert counter.item() == 0 and counter.device == q.device
+        else:
+            assert "DYNAMIC_SCHEDULE" not in kwargs and "tile_counter" not in kwargs
+
+
+def test_the_dynamic_schedule_needs_the_persistent_grid() -> None:
+    """fwd_gluon_ws.kernel_call refuses dynamic_schedule with one program per tile, naming the
+    rule; with programs it keeps at most one per tile."""
+    import torch
+
+    from flashrepro.kernels import fwd_gluon_ws
+
+    q = torch.zeros(1, 3, 1000, 64, dtype=torch.float16)
+    lse = torch.zeros(1, 3, 1000)
+    common = dict(causal=True, qk_scale=0.18, causal_offset=0, heads_per_group=3,
+                  store_lse=False, block_n=128, num_stages=2, dynamic_schedule=True)
+    assert fwd_gluon_ws.kernel_call(q, q, q, q, lse, num_programs=4, **common).grid == (4,)
+    assert fwd_gluon_ws.kernel_call(q, q, q, q, lse, num_programs=1000,
+                                    **common).grid == (3 * 8,)  # 128-row tiles
+    with pytest.raises(ValueError, match="dynamic_schedule needs num_programs"):
+        fwd_gluon_ws.kernel_call(q, q, q, q, lse, num_programs=None, **common)

@@ -85,6 +85,24 @@ def test_make_call_runs_the_reference_row(checkouts: dict[str, Path],
     assert type(cfg) is ref.package.KernelConfig and type(cfg) is not flashrepro.KernelConfig
 
 
+def test_a_reference_without_a_newer_config_field_still_pairs() -> None:
+    """A reference from before a KernelConfig field (here dynamic_schedule) takes the configs
+    that leave it at its default; one that sets it is refused, naming the field."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from flashrepro_harness.bench.reference import Reference
+
+    older = dataclasses.make_dataclass("KernelConfig", [
+        (f.name, f.type, dataclasses.field(default=f.default))
+        for f in dataclasses.fields(flashrepro.KernelConfig) if f.name != "dynamic_schedule"])
+    ref = Reference(SRC, None, SimpleNamespace(KernelConfig=older), {})
+    assert ref.config(flashrepro.ARTICLE) == older(64, 64, 4, 3)
+    dynamic = dataclasses.replace(flashrepro.configs.FA3_WS, dynamic_schedule=True)
+    with pytest.raises(ValueError, match=r"no KernelConfig field \['dynamic_schedule'\]"):
+        ref.config(dynamic)
+
+
 def test_bad_reference_folders_are_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="--reference-src must be the src folder"):
         load(tmp_path)

@@ -253,6 +253,16 @@ def test_three_consumer_default_on_sm90(monkeypatch: pytest.MonkeyPatch) -> None
     assert not [c for _, c, _ in rows if c.block_m == 192 and not c.warp_specialize]
 
 
+def test_dynamic_schedule_default_on_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A table entry with the dynamic schedule counts the ws kernel at that config and the
+    Triton kernel at its tiles, without the ws-only flags."""
+    dynamic = dataclasses.replace(NAMED["fa3-ws"], dynamic_schedule=True)
+    monkeypatch.setattr(sass, "default_config", lambda *args: dynamic)
+    rows = [(v, c) for v, c, _ in sass._configs("sm_90", PROBLEM)]
+    assert ("fwd_gluon_ws", dynamic) in rows
+    assert ("fwd", KernelConfig(128, 128, 8, 2, tma=True)) in rows
+
+
 @pytest.mark.parametrize("changed", [KernelConfig(64, 32, 4, 3), KernelConfig(64, 64, 8, 3)],
                          ids=["block_n=32", "num_warps=8"])
 def test_changing_the_article_config_fails_the_golden_check(

@@ -13,6 +13,7 @@ once, so a rewrite of those lines asks for the mutant to be rewritten with it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 
@@ -47,39 +48,65 @@ SKIP_LAUNCHES = [
 
 MUTANTS = {
     "skip: arrive on k_empty before waiting for k_ready": (
-        ("            mbarrier.wait(k_ready.index(slot), phase)\n"
-         "            mbarrier.arrive(k_empty.index(slot), count=1)\n",
-         "            mbarrier.arrive(k_empty.index(slot), count=1)\n"
-         "            mbarrier.wait(k_ready.index(slot), phase)\n"),),
+        ("        mbarrier.wait(k_ready.index(slot), phase)\n"
+         "        mbarrier.arrive(k_empty.index(slot), count=1)\n",
+         "        mbarrier.arrive(k_empty.index(slot), count=1)\n"
+         "        mbarrier.wait(k_ready.index(slot), phase)\n"),),
     "skip: no waits on ready": (
-        ("            mbarrier.wait(k_ready.index(slot), phase)\n", ""),
-        ("            mbarrier.wait(v_ready.index(slot), phase)\n", "")),
+        ("        mbarrier.wait(k_ready.index(slot), phase)\n", ""),
+        ("        mbarrier.wait(v_ready.index(slot), phase)\n", "")),
     "skip: the last turn passes too": (
-        ("            if not (final & (j == n_blocks - 1)):\n"
-         "                _pass_turn(CONSUMER, NUM_CONSUMERS)\n",
-         "            _pass_turn(CONSUMER, NUM_CONSUMERS)\n"),),
+        ("        if not (final & (j == n_blocks - 1)):\n"
+         "            _pass_turn(CONSUMER, NUM_CONSUMERS)\n",
+         "        _pass_turn(CONSUMER, NUM_CONSUMERS)\n"),),
     "skip: no turns": (
-        ("            _wait_turn(CONSUMER)\n"
-         "            if not (final & (j == n_blocks - 1)):\n"
-         "                _pass_turn(CONSUMER, NUM_CONSUMERS)\n", ""),),
+        ("        _wait_turn(CONSUMER)\n"
+         "        if not (final & (j == n_blocks - 1)):\n"
+         "            _pass_turn(CONSUMER, NUM_CONSUMERS)\n", ""),),
     "last P·V: withholds the pass on the last tile even when blocks follow": (
-        ("        if not (final & (n_own == n_blocks)):\n", "        if not final:\n"),),
+        ("    if not (final & (n_own == n_blocks)):\n", "    if not final:\n"),),
     "last P·V: always passes": (
-        ("        if not (final & (n_own == n_blocks)):\n", "        if True:\n"),),
+        ("    if not (final & (n_own == n_blocks)):\n", "    if True:\n"),),
     "n_own one block short": (
-        ("        if row0 >= seqlen_q:\n            n_own = 1\n",
-         "        if row0 >= seqlen_q:\n            n_own = 1\n"
-         "        n_own = gl.maximum(n_own - 1, 1)\n"),),
+        ("    if row0 >= seqlen_q:\n        n_own = 1\n",
+         "    if row0 >= seqlen_q:\n        n_own = 1\n"
+         "    n_own = gl.maximum(n_own - 1, 1)\n"),),
     "v_empty before the last P·V has finished": (
-        ("        acc = warpgroup_mma_wait(0, deps=(acc,))\n"
-         "        mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)\n",
-         "        mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)\n"
-         "        acc = warpgroup_mma_wait(0, deps=(acc,))\n"),),
+        ("    acc = warpgroup_mma_wait(0, deps=(acc,))\n"
+         "    mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)\n",
+         "    mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)\n"
+         "    acc = warpgroup_mma_wait(0, deps=(acc,))\n"),),
     "producer: waits on empty one phase early": (
-        ("            empty_phase = ((it // NUM_STAGES) & 1) ^ 1\n",
-         "            empty_phase = (it // NUM_STAGES) & 1\n"),),
+        ("        empty_phase = ((it // NUM_STAGES) & 1) ^ 1\n",
+         "        empty_phase = (it // NUM_STAGES) & 1\n"),),
     "producer: refills a Q buffer without waiting": (
-        ("            mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)\n", ""),),
+        ("\n        mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)\n", "\n"),),
+}
+DYNAMIC_MUTANTS = {
+    "consumer reads its tile before the ready wait": (
+        ("    mbarrier.wait(q_ready.index(qb), phase)\n"
+         "    one_warpgroup: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])\n"
+         "    return gl.max(tile_smem.index(qb).load(one_warpgroup), axis=0)\n",
+         "    one_warpgroup: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])\n"
+         "    tile = gl.max(tile_smem.index(qb).load(one_warpgroup), axis=0)\n"
+         "    mbarrier.wait(q_ready.index(qb), phase)\n"
+         "    return tile\n"),),
+    "producer publishes the tile after its Q load": (
+        ("        if DYNAMIC_SCHEDULE:\n            _publish_tile(tile_smem, qb, tile)\n", ""),
+        ("            q_ready.index(qb), q_smem.index(qb))\n",
+         "            q_ready.index(qb), q_smem.index(qb))\n"
+         "        if DYNAMIC_SCHEDULE:\n            _publish_tile(tile_smem, qb, tile)\n")),
+    "the counter is not reset": (
+        ("        gl.atomic_xchg(tile_counter, 0)\n", "        pass\n"),),
+    "the first wave's tiles are claimed too": (
+        ("        tile = gl.program_id(0)\n",
+         "        tile = _claim_tile(tile_counter, num_tiles)\n"),),
+    "the end is handed over without waiting for the Q buffer": (
+        ("            mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)\n"
+         "            _publish_tile", "            _publish_tile"),),
+    "consumer 0 leaves the last pass pending": (
+        ("            _wait_turn(CONSUMER)  # the last consumer's last pass: none left pending",
+         "            pass"),),
 }
 
 
@@ -99,10 +126,35 @@ def test_skip_launches_keep_the_protocol(p: Params) -> None:
         Sim(p, seed).run()
 
 
+@pytest.mark.parametrize("seed", range(RUNS))
+def test_random_launches_keep_the_protocol_with_the_dynamic_schedule(seed: int) -> None:
+    """Tiles claimed from the counter (KernelConfig.dynamic_schedule): each row block stored
+    once, every check of the static schedule, the counter back at 0."""
+    rng = random.Random(1000 + seed)
+    Sim(random_params(rng, consumers=3 if seed % 3 else 2, dynamic=True), seed).run()
+
+
+@pytest.mark.parametrize("p", SKIP_LAUNCHES, ids=str)
+def test_skip_launches_keep_the_protocol_with_the_dynamic_schedule(p: Params) -> None:
+    for seed in range(3):
+        Sim(dataclasses.replace(p, dynamic=True), seed).run()
+
+
+@pytest.mark.parametrize("mutant", DYNAMIC_MUTANTS)
+def test_a_broken_dynamic_schedule_is_caught(mutant: str) -> None:
+    for seed, p in itertools.product(range(8), SKIP_LAUNCHES):
+        try:
+            Sim(dataclasses.replace(p, dynamic=True), seed, DYNAMIC_MUTANTS[mutant],
+                strict=False).run()
+        except SimError:
+            return
+    pytest.fail(f"mutant {mutant!r} ran clean on {len(SKIP_LAUNCHES) * 8} launches")
+
+
 def test_two_consumers_could_skip_too() -> None:
     """Two consumers walk the whole key range for speed only (e3dc9a1): the skip itself keeps
     the protocol with two, so the constant is no correctness guard."""
-    edit = (("            n_own = n_blocks\n", "            n_own = n_own\n"),)
+    edit = (("        n_own = n_blocks\n", "        n_own = n_own\n"),)
     rng = random.Random(1)
     for seed in range(6):
         Sim(random_params(rng, consumers=2), seed, edit).run()

@@ -2,8 +2,10 @@
 on the kernel's own source (tests/test_ws_protocol.py).
 
 The kernel cannot run off a GPU, and the interpreter has no warps, mbarriers or named barriers.
-Here the Python bodies of ``_producer``, ``_consumer``, ``_tile_blocks``, ``_num_local_tiles``,
-``_schedule_tile``, ``_wait_turn``, ``_pass_turn``, ``_per_thread_ids`` (fwd_gluon_ws.py),
+Here the Python bodies of ``_producer``, ``_consumer``, their per-tile parts, the dynamic
+schedule's ``_claim_tile``, ``_publish_tile`` and ``_handed_tile``, ``_tile_blocks``,
+``_num_local_tiles``, ``_schedule_tile``, ``_wait_turn``, ``_pass_turn``, ``_per_thread_ids``
+(fwd_gluon_ws.py),
 ``_key_blocks`` (fwd_gluon.py) and ``tile_coords`` (fwd.py) are executed as they are written
 (the files' text with the ``@gluon.jit``/``@triton.jit`` lines dropped), on Python ints, with
 Gluon's ops bound to fakes that model what the protocol depends on:
@@ -19,13 +21,16 @@ Gluon's ops bound to fakes that model what the protocol depends on:
   ids are read from the inline PTX text that ``_wait_turn``/``_pass_turn`` pass;
 - TMA loads land asynchronously (the scheduler may delay them arbitrarily); the content of a
   shared-memory buffer is the TMA box coordinates it was loaded from;
+- the dynamic schedule (``Params.dynamic``): the launch's tile counter, one atomic op per
+  step, shared by all programs; each Q buffer's tile-index slot in shared memory;
 - wgmma reads its shared-memory operands from issue until ``warpgroup_mma_wait`` retires it;
   data flow is followed through tokens: S = Q·Kᵀ carries (Q box, K box), P carries S's boxes,
   the accumulator the key blocks it summed.
 
 Checks (:class:`SimError` on the first violation):
 
-- no deadlock; no named barrier left with arrivals at the end; every buffer released;
+- no deadlock; no named barrier left with arrivals at the end; every buffer released; the
+  tile counter back at 0 at the end (dynamic schedule);
 - a buffer is refilled by TMA only after every consumer that reads its content has arrived on
   its "empty" barrier, and a consumer never arrives on "empty" while a wgmma of its still
   reads that buffer; a wgmma reads only a loaded buffer its consumer holds;
@@ -37,7 +42,10 @@ Checks (:class:`SimError` on the first violation):
   one of the 64 rows sees whole;
 - the turn: each instance of a turn barrier is the 4 syncing warps of consumer c and the 4
   arriving warps of consumer c - 1 (mod n); turns go strictly round robin from consumer 0; no
-  consumer enters its turn while another is inside its own; equal turn counts per consumer.
+  consumer enters its turn while another is inside its own; equal turn counts per consumer
+  (dynamic schedule: consumer 0 one more, the wait that takes the last pass);
+- a consumer's "ready" wait on a Q buffer passes on a load, or (dynamic schedule) on an index
+  past the last tile: the end.
 
 ``python -m tests.ws_protocol [RUNS] [SEED]`` explores RUNS random scenarios (default 200).
 """
@@ -237,6 +245,7 @@ class MBar:
         self.prog, self.name, self.count, self.buffer = prog, name, count, buffer
         self.pending, self.tx, self.completed = count, 0, 0
         self.kind = "empty" if "empty" in name else "ready"
+        self.slot: Slot | None = None  # q_ready's tile-index slot (dynamic schedule)
         self.passes: dict[str, int] = {}  # warp -> waits it passed
 
     def arrive(self, tx: int = 0) -> None:
@@ -287,6 +296,23 @@ class Alloc:
         return self.items[int(i)]
 
 
+class Slot:
+    """A Q buffer's tile-index slot (dynamic schedule): ``store`` (one step of its warp, so
+    other warps' steps can fall between it and the warp's next op) and ``load`` of one int."""
+
+    def __init__(self, sched: Sched) -> None:
+        self.sched = sched
+        self.value: int | None = None
+
+    def store(self, value: Any) -> None:
+        self.sched.me.op(_always, lambda: setattr(self, "value", int(value)))
+
+    def load(self, _layout: Any) -> I:
+        if self.value is None:
+            raise SimError("a tile-index slot read before any write")
+        return I(self.value)
+
+
 class View:
     """A shared-memory operand: ``reshape``/``permute`` keep the buffer."""
 
@@ -302,7 +328,7 @@ class View:
 class Program:
     """Shared memory, barriers and turn bookkeeping of one program (CTA)."""
 
-    def __init__(self, pid: int, p: Params) -> None:
+    def __init__(self, pid: int, p: Params, sched: Sched) -> None:
         self.pid = pid
         n = p.consumers
         self.named: dict[int, NamedBarrier] = {}
@@ -324,6 +350,10 @@ class Program:
             for kind, role in (("q", "ready"), ("q", "empty"), ("k", "ready"), ("v", "ready"),
                                ("k", "empty"), ("v", "empty")))
         self.buffers = [b for bs in bufs.values() for b in bs]
+        slots = [Slot(sched) for _ in range(n * 2)]
+        self.tile_smem = Alloc(slots, [n * 2, 1])
+        for bar, slot in zip(self.bars[0].items, slots, strict=True):
+            bar.slot = slot  # q_ready[i] guards slot i
 
     def fail(self, msg: str) -> None:
         raise SimError(f"program {self.pid}: {msg}")
@@ -384,6 +414,7 @@ class Params:
     consumers: int
     programs: int
     heads_per_group: int = 1
+    dynamic: bool = False  # the dynamic schedule (tiles claimed from a counter)
 
     @property
     def tiles(self) -> int:
@@ -420,6 +451,7 @@ class Sim:
         self.stores: list[tuple[int, int, int, int, int, Any]] = []
         self.softmax_calls: list[tuple[tuple, tuple, bool]] = []
         self.progs: list[Program] = []
+        self.counter = 0  # the dynamic schedule's tile counter, 0 at launch
         ws = _source_namespace(KERNELS / "fwd_gluon_ws.py", replace)
         scope = {**ws, "gl": self._fake_gl(),
                  "mbarrier": types.SimpleNamespace(wait=self._wait, arrive=self._arrive,
@@ -436,7 +468,9 @@ class Sim:
                    (_source_namespace(KERNELS / "fwd_gluon.py"), "_key_blocks")]
         sources += [(ws, name) for name in ("_per_thread_ids", "_wait_turn", "_pass_turn",
                                             "_tile_blocks", "_num_local_tiles",
-                                            "_schedule_tile", "_producer", "_consumer")]
+                                            "_schedule_tile", "_claim_tile", "_publish_tile",
+                                            "_handed_tile", "_load_tile", "_producer",
+                                            "_consumer_tile", "_consumer")]
         self.fn: dict[str, Callable] = {}
         for ns, name in sources:
             f = ns[name]
@@ -457,10 +491,29 @@ class Sim:
             maximum=lambda a, b: I(max(int(a), int(b))),
             num_programs=lambda _axis: I(self.p.programs),
             program_id=lambda _axis: I(self.sched.me.ctx["pid"]),
-            inline_asm_elementwise=self._inline_asm)
+            inline_asm_elementwise=self._inline_asm,
+            atomic_add=self._atomic_add, atomic_xchg=self._atomic_xchg,
+            max=lambda x, axis=None: x)
         # _per_thread_ids: gl.full([128], barrier_id, gl.int32, ...) is the barrier id
         gl.full = lambda _shape, value, dtype, layout=None: I(value) if dtype == "i32" else T()
         return gl
+
+    # -- the dynamic schedule's counter ------------------------------------------------------
+    def _atomic_add(self, ptr: Any, value: Any) -> I:
+        assert ptr == "tile_counter"
+
+        def add() -> I:
+            old, self.counter = self.counter, self.counter + int(value)
+            return I(old)
+        return self.sched.me.op(_always, add)
+
+    def _atomic_xchg(self, ptr: Any, value: Any) -> I:
+        assert ptr == "tile_counter"
+
+        def xchg() -> I:
+            old, self.counter = self.counter, int(value)
+            return I(old)
+        return self.sched.me.op(_always, xchg)
 
     # -- named barriers --------------------------------------------------------------------
     def _inline_asm(self, asm: str, _constraints: str, args: list, **_kwargs: Any) -> T:
@@ -536,7 +589,9 @@ class Sim:
                 bar.prog.fail(f"{me.name}: wait {n} on {bar.name} passed at {bar.completed} "
                               f"completed phases, not {want} (parity alias)")
             c = me.ctx.get("consumer")
-            if bar.kind == "ready" and c is not None:
+            end = bar.slot is not None and bar.slot.value is not None and (
+                bar.slot.value >= self.p.tiles)
+            if bar.kind == "ready" and c is not None and not end:
                 buf = bar.buffer
                 if buf.state != "loaded" or c not in buf.must_release:
                     bar.prog.fail(f"{me.name}: {bar.name} passed on {buf.name} = "
@@ -655,16 +710,17 @@ class Sim:
         shape = (p.batch, p.heads, p.heads // p.kv_heads, p.heads_per_group, p.seqlen_q,
                  p.seqlen_k, p.causal_offset)
         for pid in range(p.programs):
-            prog = Program(pid, p)
+            prog = Program(pid, p, self.sched)
             self.progs.append(prog)
             s = prog.smem
             producer = (*descs[:3], s["q"], s["k"], s["v"], prog.bars, *shape, p.tiles,
-                        p.causal)
+                        p.causal, *((prog.tile_smem, "tile_counter") if p.dynamic else ()))
             self.sched.add(f"p{pid}.producer", lambda a=producer: self.fn["_producer"](*a),
                            {"pid": pid, "prog": prog})
             for c in range(p.consumers):
                 args = (descs[3], None, s["q"], s["k"], s["v"], s["o"], prog.bars, 0, 0,
-                        *shape, 1.0, p.tiles, c, p.causal, False)
+                        *shape, 1.0, p.tiles, c, p.causal, False,
+                        *((prog.tile_smem,) if p.dynamic else ()))
                 for w in range(WARPS):
                     self.sched.add(f"p{pid}.c{c}.w{w}",
                                    lambda a=args: self.fn["_consumer"](*a),
@@ -679,12 +735,15 @@ class Sim:
                 if bar.members:
                     prog.fail(f"named barrier {bid} left with {bar.members} at the end")
             counts = [prog.turns.count(c) for c in range(p.consumers)]
+            counts[0] -= p.dynamic  # consumer 0's wait for the last pass
             if len(set(counts)) != 1:
                 prog.fail(f"turns per consumer {counts}")
             for buf in prog.buffers:
                 if buf.must_release or buf.state == "writing":
                     prog.fail(f"{buf.name} = {buf.content} never released by "
                               f"{sorted(buf.must_release)}")
+        if self.counter != 0:
+            raise SimError(f"the tile counter ends at {self.counter}, not 0")
         group = p.heads // p.kv_heads
         stored: dict[tuple[int, int, int], AccTok] = {}
         for pid, c, b, h, row0, acc in self.stores:
@@ -722,10 +781,11 @@ def visible_blocks(row0: int, p: Params) -> set[int]:
     return out
 
 
-def random_params(rng: random.Random, consumers: int | None = None) -> Params:
+def random_params(rng: random.Random, consumers: int | None = None,
+                  dynamic: bool = False) -> Params:
     """A small random launch: 2 or 3 consumers, BLOCK_N 64/128 with the stages its config
     allows, GQA, ragged Lq and Lk, causal top-left or bottom-right (offset >= 0), 1-5 tiles
-    per program, any head-group size."""
+    per program, any head-group size; the static schedule, or the dynamic one."""
     n = consumers or rng.choice([2, 3])
     block_n = rng.choice([64, 128])
     stages = rng.choice([s for s in (2, 3, 4) if s * block_n <= (256 if n == 2 else 512)])
@@ -746,7 +806,7 @@ def random_params(rng: random.Random, consumers: int | None = None) -> Params:
     tiles = batch * heads * -(-lq // tile)
     programs = max(1, -(-tiles // rng.randint(1, 5)))
     return Params(batch, heads, kv_heads, lq, lk, causal, offset, block_n, stages, n,
-                  programs, rng.randint(1, batch * heads))
+                  programs, rng.randint(1, batch * heads), dynamic)
 
 
 def main(argv: list[str]) -> int:

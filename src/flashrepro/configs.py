@@ -41,6 +41,10 @@ class KernelConfig:
         tile_grid: with ``warp_specialize``, one program per tile (FA3's single-tile scheduler)
             instead of one per SM; wins on long causal problems
             (lab/2026-11-29-tile-grid-long-causal/).
+        dynamic_schedule: with ``warp_specialize`` and not ``tile_grid``, each program of the
+            persistent grid claims its next tile from an atomic counter (FA3's dynamic
+            persistent scheduler) instead of taking the static snake order's; the kernel resets
+            the counter, so launches of one cached call must not run concurrently.
 
     Raises:
         TypeError: a size that is not an int, or a flag that is not a bool.
@@ -55,13 +59,14 @@ class KernelConfig:
     overlap: bool = False
     warp_specialize: bool = False
     tile_grid: bool = False
+    dynamic_schedule: bool = False
 
     def __post_init__(self) -> None:
         for name in ("block_m", "block_n", "num_warps", "num_stages"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
-        for name in ("tma", "overlap", "warp_specialize", "tile_grid"):
+        for name in ("tma", "overlap", "warp_specialize", "tile_grid", "dynamic_schedule"):
             value = getattr(self, name)
             if not isinstance(value, bool):
                 raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
@@ -96,6 +101,9 @@ class KernelConfig:
         if self.tile_grid and not self.warp_specialize:
             raise ValueError("tile_grid needs warp_specialize (the other kernels always run "
                              f"one program per tile), got {self.label()}")
+        if self.dynamic_schedule and not (self.warp_specialize and not self.tile_grid):
+            raise ValueError("dynamic_schedule needs warp_specialize without tile_grid (it "
+                             f"schedules the persistent grid), got {self.label()}")
 
     @classmethod
     def parse(cls, text: str) -> KernelConfig:
@@ -105,14 +113,16 @@ class KernelConfig:
         if text in NAMED:
             return NAMED[text]
         match = re.fullmatch(
-            r"([0-9]+)x([0-9]+) w([0-9]+) s([0-9]+)( tma)?( overlap)?( ws)?( tilegrid)?", text)
+            r"([0-9]+)x([0-9]+) w([0-9]+) s([0-9]+)( tma)?( overlap)?( ws)?( tilegrid)?"
+            r"( dynamic)?", text)
         if match is None:
             raise ValueError(f"config must be a name in {sorted(NAMED)} or a label like "
                              f"'64x64 w4 s3' or '64x64 w4 s3 tma', got {text!r}")
         block_m, block_n, warps, stages = (int(g) for g in match.groups()[:4])
         return cls(block_m, block_n, warps, stages, tma=match.group(5) is not None,
                    overlap=match.group(6) is not None, warp_specialize=match.group(7) is not None,
-                   tile_grid=match.group(8) is not None)
+                   tile_grid=match.group(8) is not None,
+                   dynamic_schedule=match.group(9) is not None)
 
     @property
     def three_consumers(self) -> bool:
@@ -129,10 +139,11 @@ class KernelConfig:
 
     def label(self) -> str:
         """Short text such as ``64x64 w4 s3 tma`` (BLOCK_M x BLOCK_N, warps, stages, flags:
-        ``tma``, ``overlap``, ``ws`` for warp_specialize, ``tilegrid``)."""
+        ``tma``, ``overlap``, ``ws`` for warp_specialize, ``tilegrid``, ``dynamic`` for
+        dynamic_schedule)."""
         return (f"{self.block_m}x{self.block_n} w{self.num_warps} s{self.num_stages}"
                 + " tma" * self.tma + " overlap" * self.overlap + " ws" * self.warp_specialize
-                + " tilegrid" * self.tile_grid)
+                + " tilegrid" * self.tile_grid + " dynamic" * self.dynamic_schedule)
 
 
 ARTICLE = KernelConfig(block_m=64, block_n=64, num_warps=4, num_stages=3)

@@ -32,7 +32,8 @@ The rules, in the order applied:
 6. Program order: (batch, head) pairs whose K and V fill half of L2 form a group
    (:func:`heads_per_group`; lab/2026-11-29-l2-head-groups/).
 7. Grid: one program per tile, except the ws kernel's persistent grid of one program per SM
-   unless ``config.tile_grid``.
+   unless ``config.tile_grid``; there ``config.dynamic_schedule`` has the programs claim
+   their tiles from a counter of the call's own.
 """
 
 from __future__ import annotations
@@ -232,7 +233,7 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     if use_gluon and cfg.warp_specialize:
         call = fwd_gluon_ws.kernel_call(
             q, k, v, o, lse, **shared, num_programs=None if cfg.tile_grid else num_sms,
-            num_consumers=cfg.consumers)
+            num_consumers=cfg.consumers, dynamic_schedule=cfg.dynamic_schedule)
     elif use_gluon:
         call = fwd_gluon.kernel_call(q, k, v, o, lse, **shared, block_m=cfg.block_m,
                                      num_warps=cfg.num_warps)

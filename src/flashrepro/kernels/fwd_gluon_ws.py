@@ -26,7 +26,10 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   the consumers finish this one, and a tile's output leaves through its own shared-memory
   buffer while the next tile computes. Tiles go to programs in "snake" order (forwards in even
   rounds, backwards in odd ones): under a causal mask the tiles come heaviest first, so the
-  program with a round's heaviest tile gets the next round's lightest.
+  program with a round's heaviest tile gets the next round's lightest. With DYNAMIC_SCHEDULE
+  (``KernelConfig.dynamic_schedule``) the producer instead claims each next tile, in the same
+  order, from a global atomic counter (FA3's DynamicPersistentTileScheduler) and hands its
+  index to the consumers beside the Q tile.
 
 A tile is 128 query rows (two consumers; three give FA3's 192-row tile for D = 64, config
 fa3-ws3); consumer warpgroup c owns rows [64·c, 64·c + 64) of it, with its own Q tile,
@@ -177,60 +180,128 @@ def _schedule_tile(local):
 
 
 @gluon.jit
-def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, num_heads,
-              kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, num_tiles,
-              CAUSAL: gl.constexpr):
-    """One warp: for each of this program's tiles, each consumer's Q tile into that
-    consumer's free Q buffer, then K_j and V_j into the next slot as soon as the consumers
-    have handed it back. Slots and phases run on across tiles, so the next tile's Q and first
-    blocks load while the consumers finish this one."""
+def _claim_tile(tile_counter, num_tiles):
+    """Dynamic schedule: this program's next tile, claimed from the launch's int32 counter with
+    one atomic add (the first G tiles go to programs 0..G-1 unclaimed). Each program claims
+    until it gets a tile past the last, once, so the claims take exactly the values
+    0..num_tiles-1; the one that takes num_tiles - 1 is the launch's last and puts the counter
+    back to 0 for the next launch (no host-side reset)."""
+    claim = gl.atomic_add(tile_counter, 1)
+    if claim == num_tiles - 1:
+        gl.atomic_xchg(tile_counter, 0)
+    return claim + gl.num_programs(0)
+
+
+@gluon.jit
+def _publish_tile(tile_smem, qb, tile):
+    """Dynamic schedule (producer warp): write ``tile`` into Q buffer qb's index slot; the
+    arrival on qb's "ready" barrier that follows makes it visible to the consumer."""
+    one_warp: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    tile_smem.index(qb).store(gl.full([1], tile, gl.int32, layout=one_warp))
+
+
+@gluon.jit
+def _handed_tile(tile_smem, q_ready, qb, phase):
+    """Dynamic schedule (consumer warpgroup): wait until Q buffer qb is ready, then read the
+    tile the producer wrote into its index slot (past the last tile: no more work)."""
+    mbarrier.wait(q_ready.index(qb), phase)
+    one_warpgroup: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.max(tile_smem.index(qb).load(one_warpgroup), axis=0)
+
+
+@gluon.jit
+def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, num_heads,
+               kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, tile, local, it,
+               tile_smem, CAUSAL: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr):
+    """The producer's work for one tile, this program's ``local``-th: each consumer's Q tile
+    into that consumer's free Q buffer, then K_j and V_j into the next slot as soon as the
+    consumers have handed it back. ``it``: key blocks issued before it; returns the count
+    after it."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
     NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0] // Q_BUFFERS
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
-    it = 0  # key blocks issued so far, over all tiles
-    for local in range(_num_local_tiles(num_tiles)):
-        tile = _schedule_tile(local)
-        start_m, off_b, off_h, off_hkv, n_blocks = _tile_blocks(
-            tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
-            causal_offset, TILE_M, BLOCK_N, CAUSAL)
-        # Q buffer (c, local % 2): its previous use was this program's tile before last, so
-        # the wait rarely blocks. An mbarrier starts with its phase-1 wait already complete,
-        # so the first wait on each "empty" barrier passes at once.
-        for c in gl.static_range(NUM_CONSUMERS):
-            qb = c * Q_BUFFERS + local % Q_BUFFERS
-            mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)
-            mbarrier.expect(q_ready.index(qb), q_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(
-                q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + c) * CONSUMER_ROWS, 0],
-                q_ready.index(qb), q_smem.index(qb))
-        for j in range(n_blocks):
-            slot = it % NUM_STAGES
-            empty_phase = ((it // NUM_STAGES) & 1) ^ 1
-            mbarrier.wait(k_empty.index(slot), empty_phase)
-            mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
-                                            k_ready.index(slot), k_smem.index(slot))
-            mbarrier.wait(v_empty.index(slot), empty_phase)
-            mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
-            tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
-                                            v_ready.index(slot), v_smem.index(slot))
-            it += 1
+    start_m, off_b, off_h, off_hkv, n_blocks = _tile_blocks(
+        tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+        causal_offset, TILE_M, BLOCK_N, CAUSAL)
+    # Q buffer (c, local % 2): its previous use was this program's tile before last, so
+    # the wait rarely blocks. An mbarrier starts with its phase-1 wait already complete,
+    # so the first wait on each "empty" barrier passes at once.
+    for c in gl.static_range(NUM_CONSUMERS):
+        qb = c * Q_BUFFERS + local % Q_BUFFERS
+        mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)
+        if DYNAMIC_SCHEDULE:
+            _publish_tile(tile_smem, qb, tile)
+        mbarrier.expect(q_ready.index(qb), q_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(
+            q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + c) * CONSUMER_ROWS, 0],
+            q_ready.index(qb), q_smem.index(qb))
+    for j in range(n_blocks):
+        slot = it % NUM_STAGES
+        empty_phase = ((it // NUM_STAGES) & 1) ^ 1
+        mbarrier.wait(k_empty.index(slot), empty_phase)
+        mbarrier.expect(k_ready.index(slot), k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                        k_ready.index(slot), k_smem.index(slot))
+        mbarrier.wait(v_empty.index(slot), empty_phase)
+        mbarrier.expect(v_ready.index(slot), v_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
+                                        v_ready.index(slot), v_smem.index(slot))
+        it += 1
+    return it
 
 
 @gluon.jit
-def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
-              num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
-              causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
-              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr):
-    """One warpgroup: for each of this program's tiles, its 64 query rows against the tile's
-    key blocks, then their output (stored while the next tile runs)."""
+def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, num_heads,
+              kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, num_tiles,
+              CAUSAL: gl.constexpr, tile_smem=None, tile_counter=None):
+    """One warp: each of this program's tiles (:func:`_load_tile`). Slots and phases run on
+    across tiles, so the next tile's Q and first blocks load while the consumers finish this
+    one. Static schedule: the tiles of :func:`_schedule_tile`. Dynamic: this program's tile of
+    the first wave, then a tile claimed (:func:`_claim_tile`) once this one's loads are all
+    issued, as FA3's DynamicPersistentTileScheduler; each Q buffer carries its tile's index to
+    its consumer, and a last index past the tiles tells the consumers to stop (``tile_smem``
+    and ``tile_counter`` given: a constexpr flag would reach a worker partition as a tensor)."""
+    it = 0  # key blocks issued so far, over all tiles
+    if tile_smem is not None:  # dynamic schedule
+        q_ready, q_empty = bars[0], bars[1]
+        NUM_CONSUMERS: gl.constexpr = q_smem.type.shape[0] // Q_BUFFERS
+        tile = gl.program_id(0)
+        local = 0
+        while tile < num_tiles:
+            it = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
+                            num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+                            causal_offset, tile, local, it, tile_smem, CAUSAL, True)
+            tile = _claim_tile(tile_counter, num_tiles)
+            local += 1
+        for c in gl.static_range(NUM_CONSUMERS):  # the end: an index and no Q
+            qb = c * Q_BUFFERS + local % Q_BUFFERS
+            mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)
+            _publish_tile(tile_smem, qb, tile)
+            mbarrier.arrive(q_ready.index(qb), count=1)
+    else:
+        for local in range(_num_local_tiles(num_tiles)):
+            it = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
+                            num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+                            causal_offset, _schedule_tile(local), local, it, None, CAUSAL,
+                            False)
+
+
+@gluon.jit
+def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb, stride_lh,
+                   num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+                   causal_offset, qk_scale, tile, local, num_local, it, cols0, s_zero,
+                   CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr,
+                   STORE_LSE: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr):
+    """One consumer's work for one tile, this program's ``local``-th (of ``num_local``, static
+    schedule): its 64 query rows against the tile's key blocks, then their output (stored
+    while the next tile runs). ``it``: key blocks consumed before it; returns the count after
+    it."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
     HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
-    NUM_CONSUMERS: gl.constexpr = o_smem.type.shape[0]
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
     dtype: gl.constexpr = k_smem.dtype
 
@@ -242,115 +313,155 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, HEAD_DIM, 16])
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+    start_m, off_b, off_h, _, n_blocks = _tile_blocks(
+        tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+        causal_offset, TILE_M, BLOCK_N, CAUSAL)
+    row0 = (start_m * NUM_CONSUMERS + CONSUMER) * CONSUMER_ROWS  # this warpgroup's rows
+    # Blocks [0, n_full) need no mask for any of this warpgroup's rows, [n_own, n_blocks)
+    # are masked for all of them (right of their diagonal): the tile's key range is its
+    # last row's. Rows all past Lq (a ragged last tile) need only block 0.
+    n_full, n_own = _key_blocks(row0, CONSUMER_ROWS, seqlen_k, causal_offset, BLOCK_N,
+                                CAUSAL)
+    if row0 >= seqlen_q:
+        n_own = 1
+    if NUM_CONSUMERS == 2:
+        # Two consumers walk the whole range: skipping measured 2 % slower at the article
+        # problem (tile-boundary code), and at BLOCK_N 128 a 128-row tile leaves a block to
+        # skip only in a ragged last tile or at a causal offset that is no multiple of 128
+        # (lab/2026-11-29-three-consumer-tile/).
+        n_own = n_blocks
+    # The program's last turn (its last consumer's last block) passes to nobody, so no
+    # arrival is left pending on a named barrier. Dynamic schedule: the last tile is known
+    # only after it, so every turn passes and consumer 0 takes the last pass (_consumer).
+    if DYNAMIC_SCHEDULE:
+        final = False
+    else:
+        final = (CONSUMER == NUM_CONSUMERS - 1) & (local + 1 >= num_local)
+    rows = row0 + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
+    m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
+    acc = gl.zeros([CONSUMER_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
+
+    # -- block 0: S_0 and its softmax, nothing to overlap with yet --
+    qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
+    q = q_smem.index(qb).reshape([CONSUMER_ROWS, HEAD_DIM])
+    slot = it % NUM_STAGES
+    if not DYNAMIC_SCHEDULE:  # dynamic: passed in _handed_tile
+        mbarrier.wait(q_ready.index(qb), (local // Q_BUFFERS) & 1)
+    mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
+    # Ping-pong: the consumers take turns issuing their GEMMs, so one's GEMMs run while
+    # the other's softmax does; a tile's first and last GEMMs take turns too, so the
+    # order holds across tiles.
+    _wait_turn(CONSUMER)
+    k0 = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+    s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
+    _pass_turn(CONSUMER, NUM_CONSUMERS)
+    s = warpgroup_mma_wait(0, deps=(s,))
+    mbarrier.arrive(k_empty.index(slot), count=1)
+    p, alpha, m_i, l_i = _softmax_block(s, m_i, 0.0, cols0, rows, n_full > 0, seqlen_k,
+                                        causal_offset, qk_scale, CAUSAL)
+    p = gl.convert_layout(p.to(dtype), p_layout)
+
+    # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V;
+    # hand each slot back the moment the wgmma that read it has finished --
+    for j in range(1, n_own):
+        slot = (it + j) % NUM_STAGES
+        prev = (it + j - 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(slot), ((it + j) // NUM_STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((it + j - 1) // NUM_STAGES) & 1)
+        _wait_turn(CONSUMER)
+        kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
+        s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
+        v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+        acc = warpgroup_mma(p, v_prev, acc, is_async=True)
+        _pass_turn(CONSUMER, NUM_CONSUMERS)
+        s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        m_old = m_i
+        p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
+                                                j < n_full, seqlen_k, causal_offset,
+                                                qk_scale, CAUSAL, MAX_LAG)
+        acc = warpgroup_mma_wait(0, deps=(acc,))
+        mbarrier.arrive(v_empty.index(prev), count=1)
+        acc = _rescale_moved_rows(acc, alpha, m_old, m_i)
+        p = gl.convert_layout(p_new.to(dtype), p_layout)
+    # Every Q·Kᵀ of this tile has finished: Q buffer qb is free for the tile after next.
+    mbarrier.arrive(q_empty.index(qb), count=1)
+
+    # -- its last block's P·V, then the epilogue: normalise once, store through TMA --
+    last = it + n_own - 1
+    mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
+    _wait_turn(CONSUMER)
+    v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
+    acc = warpgroup_mma(p, v_last, acc, is_async=True)
+    if not (final & (n_own == n_blocks)):
+        _pass_turn(CONSUMER, NUM_CONSUMERS)
+    acc = warpgroup_mma_wait(0, deps=(acc,))
+    mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
+
+    tma.store_wait(pendings=0)  # the previous tile's output has left o_tile
+    store_output(acc, m_i, l_i, row0, rows, o_tile, o_desc, off_b, off_h, LSE, stride_lb,
+                 stride_lh, seqlen_q, STORE_LSE)
+
+    # -- blocks none of its rows sees: hand the slots back once loaded (an earlier
+    # arrival could count towards the slot's previous use) and pass the turn, so the
+    # others' slots and turns go on as if it had computed them --
+    for j in range(n_own, n_blocks):
+        slot = (it + j) % NUM_STAGES
+        phase = ((it + j) // NUM_STAGES) & 1
+        mbarrier.wait(k_ready.index(slot), phase)
+        mbarrier.arrive(k_empty.index(slot), count=1)
+        mbarrier.wait(v_ready.index(slot), phase)
+        mbarrier.arrive(v_empty.index(slot), count=1)
+        _wait_turn(CONSUMER)
+        if not (final & (j == n_blocks - 1)):
+            _pass_turn(CONSUMER, NUM_CONSUMERS)
+    return it + n_blocks
+
+
+@gluon.jit
+def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
+              num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+              causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
+              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, tile_smem=None):
+    """One warpgroup: each of this program's tiles (:func:`_consumer_tile`), from
+    :func:`_schedule_tile` (static schedule) or, dynamic, as the producer hands them over in
+    each Q buffer's index slot (``tile_smem`` given), until one past the last tile."""
+    q_ready = bars[0]
+    BLOCK_N: gl.constexpr = k_smem.type.shape[3]
+    NUM_CONSUMERS: gl.constexpr = o_smem.type.shape[0]
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
 
     o_tile = o_smem.index(CONSUMER)
     cols0 = gl.arange(0, BLOCK_N, layout=col_layout)
     s_zero = gl.zeros([CONSUMER_ROWS, BLOCK_N], gl.float32, layout=s_layout)
     it = 0  # key blocks consumed so far, over all tiles
-    num_local = _num_local_tiles(num_tiles)
     if CONSUMER == NUM_CONSUMERS - 1:
         _pass_turn(CONSUMER, NUM_CONSUMERS)  # consumer 0 goes first
-    for local in range(num_local):
-        tile = _schedule_tile(local)
-        start_m, off_b, off_h, _, n_blocks = _tile_blocks(
-            tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
-            causal_offset, TILE_M, BLOCK_N, CAUSAL)
-        row0 = (start_m * NUM_CONSUMERS + CONSUMER) * CONSUMER_ROWS  # this warpgroup's rows
-        # Blocks [0, n_full) need no mask for any of this warpgroup's rows, [n_own, n_blocks)
-        # are masked for all of them (right of their diagonal): the tile's key range is its
-        # last row's. Rows all past Lq (a ragged last tile) need only block 0.
-        n_full, n_own = _key_blocks(row0, CONSUMER_ROWS, seqlen_k, causal_offset, BLOCK_N,
-                                    CAUSAL)
-        if row0 >= seqlen_q:
-            n_own = 1
-        if NUM_CONSUMERS == 2:
-            # Two consumers walk the whole range: skipping measured 2 % slower at the article
-            # problem (tile-boundary code), and at BLOCK_N 128 a 128-row tile leaves a block to
-            # skip only in a ragged last tile or at a causal offset that is no multiple of 128
-            # (lab/2026-11-29-three-consumer-tile/).
-            n_own = n_blocks
-        # The program's last turn (its last consumer's last block) passes to nobody, so no
-        # arrival is left pending on a named barrier.
-        final = (CONSUMER == NUM_CONSUMERS - 1) & (local + 1 >= num_local)
-        rows = row0 + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
-        m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
-        acc = gl.zeros([CONSUMER_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
-
-        # -- block 0: S_0 and its softmax, nothing to overlap with yet --
-        qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
-        q = q_smem.index(qb).reshape([CONSUMER_ROWS, HEAD_DIM])
-        slot = it % NUM_STAGES
-        mbarrier.wait(q_ready.index(qb), (local // Q_BUFFERS) & 1)
-        mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)
-        # Ping-pong: the consumers take turns issuing their GEMMs, so one's GEMMs run while
-        # the other's softmax does; a tile's first and last GEMMs take turns too, so the
-        # order holds across tiles.
-        _wait_turn(CONSUMER)
-        k0 = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-        s = warpgroup_mma(q, k0, s_zero, use_acc=False, is_async=True)
-        _pass_turn(CONSUMER, NUM_CONSUMERS)
-        s = warpgroup_mma_wait(0, deps=(s,))
-        mbarrier.arrive(k_empty.index(slot), count=1)
-        p, alpha, m_i, l_i = _softmax_block(s, m_i, 0.0, cols0, rows, n_full > 0, seqlen_k,
-                                            causal_offset, qk_scale, CAUSAL)
-        p = gl.convert_layout(p.to(dtype), p_layout)
-
-        # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V;
-        # hand each slot back the moment the wgmma that read it has finished --
-        for j in range(1, n_own):
-            slot = (it + j) % NUM_STAGES
-            prev = (it + j - 1) % NUM_STAGES
-            mbarrier.wait(k_ready.index(slot), ((it + j) // NUM_STAGES) & 1)
-            mbarrier.wait(v_ready.index(prev), ((it + j - 1) // NUM_STAGES) & 1)
-            _wait_turn(CONSUMER)
-            kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
-            s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
-            v_prev = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
-            acc = warpgroup_mma(p, v_prev, acc, is_async=True)
-            _pass_turn(CONSUMER, NUM_CONSUMERS)
-            s = warpgroup_mma_wait(1, deps=(s,))  # S_j done; P_{j-1}·V_{j-1} may still run
-            mbarrier.arrive(k_empty.index(slot), count=1)
-            m_old = m_i
-            p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
-                                                    j < n_full, seqlen_k, causal_offset,
-                                                    qk_scale, CAUSAL, MAX_LAG)
-            acc = warpgroup_mma_wait(0, deps=(acc,))
-            mbarrier.arrive(v_empty.index(prev), count=1)
-            acc = _rescale_moved_rows(acc, alpha, m_old, m_i)
-            p = gl.convert_layout(p_new.to(dtype), p_layout)
-        # Every Q·Kᵀ of this tile has finished: Q buffer qb is free for the tile after next.
-        mbarrier.arrive(q_empty.index(qb), count=1)
-
-        # -- its last block's P·V, then the epilogue: normalise once, store through TMA --
-        last = it + n_own - 1
-        mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
-        _wait_turn(CONSUMER)
-        v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
-        acc = warpgroup_mma(p, v_last, acc, is_async=True)
-        if not (final & (n_own == n_blocks)):
-            _pass_turn(CONSUMER, NUM_CONSUMERS)
-        acc = warpgroup_mma_wait(0, deps=(acc,))
-        mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
-
-        tma.store_wait(pendings=0)  # the previous tile's output has left o_tile
-        store_output(acc, m_i, l_i, row0, rows, o_tile, o_desc, off_b, off_h, LSE, stride_lb,
-                     stride_lh, seqlen_q, STORE_LSE)
-
-        # -- blocks none of its rows sees: hand the slots back once loaded (an earlier
-        # arrival could count towards the slot's previous use) and pass the turn, so the
-        # others' slots and turns go on as if it had computed them --
-        for j in range(n_own, n_blocks):
-            slot = (it + j) % NUM_STAGES
-            phase = ((it + j) // NUM_STAGES) & 1
-            mbarrier.wait(k_ready.index(slot), phase)
-            mbarrier.arrive(k_empty.index(slot), count=1)
-            mbarrier.wait(v_ready.index(slot), phase)
-            mbarrier.arrive(v_empty.index(slot), count=1)
-            _wait_turn(CONSUMER)
-            if not (final & (j == n_blocks - 1)):
-                _pass_turn(CONSUMER, NUM_CONSUMERS)
-        it += n_blocks
+    if tile_smem is not None:  # dynamic schedule
+        local = 0
+        qb = CONSUMER * Q_BUFFERS
+        tile = _handed_tile(tile_smem, q_ready, qb, 0)
+        while tile < num_tiles:
+            it = _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
+                                stride_lh, num_batch, num_heads, kv_group, heads_per_group,
+                                seqlen_q, seqlen_k, causal_offset, qk_scale, tile, local, 0, it,
+                                cols0, s_zero, CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, True)
+            local += 1
+            qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
+            tile = _handed_tile(tile_smem, q_ready, qb, (local // Q_BUFFERS) & 1)
+        if CONSUMER == 0:
+            _wait_turn(CONSUMER)  # the last consumer's last pass: none left pending
+    else:
+        num_local = _num_local_tiles(num_tiles)
+        for local in range(num_local):
+            it = _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
+                                stride_lh, num_batch, num_heads, kv_group, heads_per_group,
+                                seqlen_q, seqlen_k, causal_offset, qk_scale,
+                                _schedule_tile(local), local, num_local, it, cols0, s_zero,
+                                CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, False)
     tma.store_wait(pendings=0)
 
 
@@ -362,15 +473,19 @@ def attn_fwd_gluon_ws_kernel(
     qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr,
+    CONSUMER_REGS: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr = False, tile_counter=None,
 ):
     """Persistent: G programs (at most one per tile) take the tiles of 64·NUM_CONSUMERS query
-    rows in :func:`flashrepro.kernels.fwd.tile_coords`' order, round by round, in
-    :func:`_schedule_tile`'s snake order; launched with num_warps=4 (the first consumer, the
-    default partition). NUM_CONSUMERS 2 or 3 (with CONSUMER_REGS from :data:`REGISTERS`).
+    rows in :func:`flashrepro.kernels.fwd.tile_coords`' order (heaviest first within each
+    L2 head group), round by round in :func:`_schedule_tile`'s snake order, or with
+    DYNAMIC_SCHEDULE each next tile in that order to the first program that asks
+    (:func:`_claim_tile`); launched with num_warps=4 (the first consumer, the default
+    partition). NUM_CONSUMERS 2 or 3 (with CONSUMER_REGS from :data:`REGISTERS`).
 
     q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, 64, D];
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
+    tile_counter (DYNAMIC_SCHEDULE only): one int32 that is 0 at launch; the kernel leaves it
+    at 0, so launches in one stream may share it, concurrent launches may not.
     """
     dtype: gl.constexpr = q_desc.dtype
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
@@ -405,10 +520,18 @@ def attn_fwd_gluon_ws_kernel(
         mbarrier.init(k_empty.index(i), count=NUM_CONSUMERS)
         mbarrier.init(v_empty.index(i), count=NUM_CONSUMERS)
     bars = (q_ready, q_empty, k_ready, v_ready, k_empty, v_empty)
+    if DYNAMIC_SCHEDULE:  # each Q buffer's tile index, from the producer to its consumer
+        tile_smem = gl.allocate_shared_memory(
+            gl.int32, [NUM_CONSUMERS * Q_BUFFERS, 1],
+            gl.SwizzledSharedLayout(vec=1, per_phase=1, max_phase=1, order=[0]))
+    else:
+        tile_smem: gl.constexpr = None
 
     producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
                      num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
                      num_tiles, CAUSAL)
+    if DYNAMIC_SCHEDULE:
+        producer_args = producer_args + (tile_smem, tile_counter)  # noqa: RUF005 (no * here)
     # Consumer 0 is the default partition (the launch's 4 warps); the other consumers and the
     # producer warp are workers, each with its register budget. The consumers' arguments are
     # written out: Triton 3.6's frontend takes neither *args nor a tuple concatenated with a
@@ -418,11 +541,11 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE)),
+                         STORE_LSE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE)),
+                         STORE_LSE, tile_smem)),
             (_producer, producer_args),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
@@ -430,15 +553,15 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE)),
+                         STORE_LSE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE)),
+                         STORE_LSE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(2), CAUSAL,
-                         STORE_LSE)),
+                         STORE_LSE, tile_smem)),
             (_producer, producer_args),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
@@ -446,7 +569,8 @@ def attn_fwd_gluon_ws_kernel(
 def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                 lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
                 heads_per_group: int, store_lse: bool, block_n: int, num_stages: int,
-                num_programs: int | None, num_consumers: int = 2) -> KernelCall:
+                num_programs: int | None, num_consumers: int = 2,
+                dynamic_schedule: bool = False) -> KernelCall:
     """The launch of :func:`attn_fwd_gluon_ws_kernel` on these tensors, as data (nothing
     runs): tiles of 64·num_consumers rows, 4 warps per consumer and one producer warp.
 
@@ -459,23 +583,35 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
         num_consumers: consumer warpgroups, 2 (128-row tiles, ``KernelConfig`` BLOCK_M 128
             with 8 warps) or 3 (FA3's 192-row tile for D = 64, 160 registers per consumer:
             BLOCK_M 192 with 12 warps, config ``fa3-ws3``).
+        dynamic_schedule: the persistent programs claim tiles from a global counter instead of
+            the static snake order (``KernelConfig.dynamic_schedule``). The counter, one int32
+            made here and kept in the returned call, is reset by the kernel itself, so the call
+            can be repeated in one stream without a host-side reset; two launches of one call
+            must not run concurrently (they would share it).
 
     Raises:
-        ValueError: num_consumers not 2 or 3, or 3 with D other than 64 (its registers).
+        ValueError: num_consumers not 2 or 3, or 3 with D other than 64 (its registers);
+            dynamic_schedule without num_programs (it needs the persistent grid).
     """
     b, h, lq, d = q.shape
     if num_consumers not in REGISTERS or (num_consumers == 3 and d != 64):
         raise ValueError(f"num_consumers must be 2, or 3 with D = 64; got {num_consumers} "
                          f"with D = {d}")
+    if dynamic_schedule and num_programs is None:
+        raise ValueError("dynamic_schedule needs num_programs (a persistent grid), got None")
     consumer_regs, maxnreg = REGISTERS[num_consumers]
     lk = k.shape[2]
     tiles = b * h * triton.cdiv(lq, CONSUMER_ROWS.value * num_consumers)
     grid = (tiles if num_programs is None else min(tiles, num_programs),)
+    kwargs = dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
+                  STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
+                  num_warps=4, maxnreg=maxnreg)
+    if dynamic_schedule:
+        kwargs.update(DYNAMIC_SCHEDULE=True,
+                      tile_counter=torch.zeros(1, dtype=torch.int32, device=q.device))
     return KernelCall(attn_fwd_gluon_ws_kernel, grid, (
         tma_descriptor(q, CONSUMER_ROWS.value), tma_descriptor(k, block_n),
         tma_descriptor(v, block_n), tma_descriptor(o, CONSUMER_ROWS.value),
         lse, lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
-    ), dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
-            STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
-            num_warps=4, maxnreg=maxnreg))
+    ), kwargs)

@@ -65,7 +65,7 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     gluon = default  # where it is a Gluon kernel, also count the Triton kernel at its tiles
     default = (TRITON_FALLBACK if default.three_consumers
                else dataclasses.replace(default, overlap=False, warp_specialize=False,
-                                        tile_grid=False))
+                                        tile_grid=False, dynamic_schedule=False))
     rows = [("article", ARTICLE, "article config")]
     if default == ARTICLE:
         rows.append(("fwd", ARTICLE, "article config = production default"))

@@ -69,15 +69,25 @@ class Reference:
 
     def config(self, config: Any) -> Any:
         """``config`` (this package's :class:`~flashrepro.configs.KernelConfig`) as the
-        reference's own class, which its ``attention`` requires (it checks the type).
+        reference's own class, which its ``attention`` requires (it checks the type). A field
+        the reference's class lacks (one added since) is left out where it holds its default,
+        so the rows of configs that do not use it stay paired.
 
         Raises:
-            ValueError: the reference's KernelConfig has other fields.
+            ValueError: the reference's KernelConfig has other fields, or lacks one that
+                ``config`` sets.
         """
-        from dataclasses import asdict
+        from dataclasses import asdict, fields
 
+        values = asdict(config)
+        known = {f.name for f in fields(self.package.KernelConfig)}
+        unknown = {f.name for f in fields(config) if f.name not in known
+                   and values[f.name] != f.default}
+        if unknown:
+            raise ValueError(f"the reference at {self.src} has no KernelConfig field "
+                             f"{sorted(unknown)}; the row of {config.label()} cannot be paired")
         try:
-            return self.package.KernelConfig(**asdict(config))
+            return self.package.KernelConfig(**{k: v for k, v in values.items() if k in known})
         except TypeError as exc:
             raise ValueError(f"the reference at {self.src} has another KernelConfig "
                              f"({exc}); its fixed-config rows cannot be paired") from exc
