@@ -25,6 +25,7 @@ import argparse
 import datetime
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -143,10 +144,12 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
     notes["flashrepro"] = f"{auto} splits, {launch_varlen.decode_config(D)}"
     for s in splits:
         outputs[f"flashrepro splits={s}"] = frepro(num_splits=s)
-    for label in configs:
-        block_n, warps, stages = (int(x) for x in label.split("x"))
+    for label in configs:  # BLOCK_NxWARPSxSTAGES, optionally /SPLITS
+        tiles, _, count = label.partition("/")
+        block_n, warps, stages = (int(x) for x in tiles.split("x"))
         cfg = launch_varlen.DecodeConfig(block_n, warps, stages)
-        outputs[f"flashrepro {label}"] = frepro(config=cfg)
+        outputs[f"flashrepro {label}"] = frepro(num_splits=int(count) if count else None,
+                                                config=cfg)
 
     for name, backend in (("sdpa-cudnn", SDPBackend.CUDNN_ATTENTION),
                           ("sdpa-flash", SDPBackend.FLASH_ATTENTION)):
@@ -188,9 +191,10 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
 
 def environment() -> dict:
     props = torch.cuda.get_device_properties(0)
+    commit = os.environ.get("FLASHREPRO_GIT_COMMIT", "")  # a copied tree's .git may be stale
     try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                                check=False).stdout.strip()
+        commit = commit or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True,
+                                          text=True, check=False).stdout.strip()
     except OSError:
         commit = ""
     versions = {"torch": torch.__version__, "triton": triton.__version__,
@@ -216,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--splits", default="",
                         help="extra flashrepro rows at fixed split counts, e.g. 8,16")
     parser.add_argument("--configs", default="",
-                        help="extra flashrepro rows at BLOCK_NxWARPSxSTAGES, e.g. 128x4x2")
+                        help="extra flashrepro rows at BLOCK_NxWARPSxSTAGES[/SPLITS], e.g. "
+                             "128x4x2 or 128x4x2/8")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("decode_bench needs a CUDA GPU", file=sys.stderr)
