@@ -157,7 +157,9 @@ INLINE_TRITON = os.environ.get("FLASHREPRO_INLINE_TRITON", "0") not in ("", "0")
 :data:`attention_triton` instead of the opaque ops; from ``FLASHREPRO_INLINE_TRITON=1`` at
 import, or set here (dynamo guards on it: a change recompiles). Off by default: it trades the
 Gluon kernels' speed for host time, worth it only where a compiled forward is host-bound
-(lab/2026-12-02-compiled-op-host-cost/)."""
+(lab/2026-12-02-compiled-op-host-cost/). Symbolic sizes (``dynamic=True``, or dynamo's
+automatic dynamic shapes after a size changes) take the opaque op; ``dynamic=False`` inlines
+every size."""
 
 
 def inline_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None) -> KernelConfig:
