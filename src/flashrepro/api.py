@@ -165,9 +165,7 @@ def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
             out: torch.Tensor | None) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """:func:`attention` where :func:`needs_operator`: through the registered operators
     (:mod:`flashrepro.ops`), whose fake implementation a tracer sees; ``out`` is then written by
-    a copy of the op's output. Under ``torch.compile`` on a CUDA device with
-    :data:`flashrepro.ops.INLINE_TRITON` on, the op is ``attention_triton``, whose Triton
-    launch inductor writes into its own code where it can."""
+    a copy of the op's output."""
     for name, flag in (("causal", causal), ("enable_gqa", enable_gqa),
                        ("return_lse", return_lse)):
         _check_flag(name, flag)  # the op's schema would coerce 1 to True
@@ -180,14 +178,9 @@ def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                 _check_not_differentiated(name, t)
     if isinstance(config, KernelConfig):
         config = config.label()
-    if ops.INLINE_TRITON and q.device.type == "cuda" and torch.compiler.is_compiling():
-        o, lse = ops.attention_triton(q, k, v, causal, scale, enable_gqa, causal_alignment,
-                                      config, False)
-        lse = lse if return_lse else None
-    else:
-        op = ops.attention_lse if return_lse else ops.attention
-        result = op(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
-        o, lse = result if return_lse else (result, None)
+    op = ops.attention_lse if return_lse else ops.attention
+    result = op(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
+    o, lse = result if return_lse else (result, None)
     if out is not None:
         o = check_out_like(out, q).copy_(o)
     return (o, lse) if return_lse else o

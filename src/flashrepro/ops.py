@@ -12,18 +12,13 @@ launcher (as FlashAttention-3 registers ``flash_attn_3::_flash_attn_forward``):
   (B, Lq, H, D), so ``o.transpose(1, 2)`` is contiguous: the layout transformers' attention
   functions return, written by the kernel itself (under tracing an ``out=`` buffer can only be
   filled by a copy of the op's output; this op makes that copy unnecessary).
-* ``torch.ops.flashrepro.attention_triton(q, k, v, causal, scale, enable_gqa,
-  causal_alignment, config, bshd) -> (o, lse)``: a ``torch.library.triton_op`` whose body
-  inductor traces, so that its generated code launches the Triton kernel itself (no Python op
-  call per run); see :data:`attention_triton`.
 * ``torch.ops.flashrepro.attention_kvcache(q, k, v, seqused_k, causal, scale, enable_gqa,
   num_splits) -> (o, lse)``: :func:`flashrepro.attention_kvcache`.
 * ``torch.ops.flashrepro.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
   max_seqlen_k, causal, scale, seqused_k) -> (o, lse)``: :func:`flashrepro.attention_varlen`.
 
 :func:`flashrepro.attention` calls them by itself while it is being traced; eager calls go
-straight to :func:`flashrepro.launch.forward`, past the dispatcher; with :data:`INLINE_TRITON`
-on, a call under ``torch.compile`` on a CUDA device takes ``attention_triton``. ``config`` is a
+straight to :func:`flashrepro.launch.forward`, past the dispatcher. ``config`` is a
 :class:`~flashrepro.configs.KernelConfig` label or name (``KernelConfig.parse``), or None.
 
 The ops are defined with ``torch.library.Library`` and a ``CompositeExplicitAutograd`` kernel
@@ -35,20 +30,11 @@ in eager mode.
 
 from __future__ import annotations
 
-import os
-from dataclasses import replace
-
 import torch
-from torch._subclasses.fake_tensor import FakeTensor
-from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
-from torch.utils._python_dispatch import _disable_current_modes
-from triton.runtime.jit import JITFunction
 
 from flashrepro import launch_varlen
-from flashrepro.configs import TRITON_FALLBACK, KernelConfig, default_config
-from flashrepro.kernels.call import IO_ARGS
-from flashrepro.launch import _gpu_facts, forward
-from flashrepro.select import Selection, code_arch, select
+from flashrepro.configs import KernelConfig
+from flashrepro.launch import forward
 from flashrepro.validation import validate
 
 _ARGS = ("Tensor q, Tensor k, Tensor v, bool causal, float? scale, bool enable_gqa, "
@@ -148,156 +134,6 @@ attention_lse = torch.ops.flashrepro.attention_lse.default
 """``torch.ops.flashrepro.attention_lse``: (o, lse)."""
 attention_bshd = torch.ops.flashrepro.attention_bshd.default
 """``torch.ops.flashrepro.attention_bshd``: o (B, H, Lq, D) with (B, Lq, H, D) memory."""
-
-
-# -- the forward as a triton_op: inductor launches the Triton kernel itself --
-
-INLINE_TRITON = os.environ.get("FLASHREPRO_INLINE_TRITON", "0") not in ("", "0")
-"""Whether :func:`flashrepro.attention` under ``torch.compile`` on a CUDA device calls
-:data:`attention_triton` instead of the opaque ops; from ``FLASHREPRO_INLINE_TRITON=1`` at
-import, or set here (dynamo guards on it: a change recompiles). Off by default: it trades the
-Gluon kernels' speed for host time, worth it only where a compiled forward is host-bound
-(lab/2026-12-02-compiled-op-host-cost/). Symbolic sizes (``dynamic=True``, or dynamo's
-automatic dynamic shapes after a size changes) take the opaque op; ``dynamic=False`` inlines
-every size."""
-
-
-def inline_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None) -> KernelConfig:
-    """The launch :data:`attention_triton` gives ``config=None``: the default launch's config
-    (:func:`~flashrepro.configs.default_config` for ``arch``, the code arch) without TMA, and
-    :data:`~flashrepro.configs.TRITON_FALLBACK` without TMA where that is a Gluon config."""
-    cfg = default_config(head_dim, causal, seqlen_q, arch)
-    return replace(TRITON_FALLBACK if cfg.overlap else cfg, tma=False)
-
-
-def _resolved_config(q: torch.Tensor, causal: bool, config: str | None) -> str | None:
-    """``config``, or for None the label of :func:`inline_config` for q (None where q's sizes
-    are symbolic: the opaque op then picks at run time)."""
-    if config is not None or not all(isinstance(s, int) for s in q.shape):
-        return config
-    facts = _gpu_facts(q.device)
-    arch = code_arch(facts["arch"], facts["mma_v3"])
-    return inline_config(q.shape[3], causal, q.shape[2], arch).label()
-
-
-def _stand_in(t: torch.Tensor) -> torch.Tensor:
-    """A meta tensor of t's shape, strides and dtype, made outside any tracing mode (so
-    :func:`~flashrepro.select.select` may read its ``data_ptr``)."""
-    with _disable_current_modes():
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-
-
-def inline_selection(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                     lse: torch.Tensor, *, causal: bool, scale: float | None,
-                     causal_alignment: str, config: str | None) -> Selection | None:
-    """The selection ``attention_triton`` hands to ``torch.library.wrap_triton``, or None
-    where inductor cannot launch it (then the op calls ``attention_lse``).
-
-    Only a plain Triton kernel whose Q, K, V, O, LSE are tensors qualifies: torch 2.13 stores a
-    TMA descriptor made outside dynamo as a constant of the traced call, its tensor unseen, so
-    inductor drops the launch as writing nothing; and it re-emits a kernel's source under
-    ``@triton.jit``, which a Gluon kernel is not (lab/2026-12-02-compiled-op-host-cost/). Also
-    None off a CUDA device, for symbolic sizes or strides, and for empty calls.
-    """
-    tensors = (q, k, v, o, lse)
-    if q.device.type != "cuda" or not all(
-            isinstance(s, int) for t in tensors for s in (*t.shape, *t.stride())):
-        return None
-    if o.numel() == 0 or k.shape[2] == 0:
-        return None
-    chosen = select(*map(_stand_in, tensors), causal=causal, scale=scale,
-                    causal_alignment=causal_alignment, return_lse=True,
-                    config=None if config is None else KernelConfig.parse(config),
-                    **_gpu_facts(q.device))
-    call = chosen.call
-    if type(call.kernel) is not JITFunction or any(
-            slot is not None for slot in call.args[:IO_ARGS]):  # a descriptor template
-        return None
-    return chosen
-
-
-def _outputs(q: torch.Tensor, bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """New o (B, H, Lq, D), in (B, Lq, H, D) memory when ``bshd``, and lse (B, H, Lq) fp32."""
-    b, h, lq, d = q.shape
-    o = (q.new_empty((b, lq, h, d)).transpose(1, 2) if bshd else q.new_empty(q.shape))
-    return o, q.new_empty((b, h, lq), dtype=torch.float32)
-
-
-def _attention_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                      scale: float | None, enable_gqa: bool, causal_alignment: str,
-                      config: str | None, bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """The body that AOT tracing (``torch.compile``) runs for ``attention_triton``."""
-    _check(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
-    config = _resolved_config(q, causal, config)
-    o, lse = _outputs(q, bshd)
-    chosen = inline_selection(q, k, v, o, lse, causal=causal, scale=scale,
-                              causal_alignment=causal_alignment, config=config)
-    if chosen is None:
-        o_op, lse = attention_lse(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
-        return (o.copy_(o_op) if bshd else o_op), lse
-    io = chosen.operands(q, k, v, o, lse)
-    call = chosen.bind(io)
-    torch.library.wrap_triton(call.kernel)[call.grid](*call.args, **call.kwargs)
-    if io[3] is not o:  # written through a contiguous buffer
-        o.copy_(io[3])
-    return o, lse
-
-
-def _attention_triton_eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                            scale: float | None, enable_gqa: bool, causal_alignment: str,
-                            config: str | None, bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """``attention_triton`` outside tracing: :func:`flashrepro.launch.forward` (launch plans)
-    with the config the traced body resolves."""
-    config = _resolved_config(q, causal, config)
-    out = _outputs(q, True)[0] if bshd else None
-    return _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, out)
-
-
-def _fake_triton(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-                 scale: float | None, enable_gqa: bool, causal_alignment: str,
-                 config: str | None, bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    _check(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
-    return _outputs(q, bshd)
-
-
-def _decompose_in_aot(mode: FunctionalTensorMode, op: torch._ops.OpOverload, types: tuple,
-                      args: tuple, kwargs: dict) -> object:
-    """Under AOT tracing's functionalization, ``attention_triton`` is its body (the rule
-    ``torch.library.triton_op`` registers, torch/_library/triton.py), except for
-    ``torch.export``, which keeps the op."""
-    from torch.export._trace import custom_triton_ops_decomposition_disabled
-
-    if custom_triton_ops_decomposition_disabled():
-        return mode.__torch_dispatch__(op, types, args, kwargs)
-    if any(t not in (torch.Tensor, FunctionalTensor) and not issubclass(t, FakeTensor)
-           for t in types):
-        return NotImplemented
-    with mode:
-        return _attention_triton(*args, **kwargs)
-
-
-# torch.library.triton_op's definition (as FlashAttention's flash_attn/utils/library.py has
-# it), without its scan of the body's source for kernels: that imports torch._inductor, about
-# 1.2 s of `import flashrepro`.
-_TRITON_OP = torch.library.custom_op("flashrepro::attention_triton", _attention_triton_eager,
-                                     mutates_args=())
-_TRITON_OP.register_fake(_fake_triton)
-_TRITON_OP.register_torch_dispatch(FunctionalTensorMode, _decompose_in_aot)
-
-attention_triton = torch.ops.flashrepro.attention_triton.default
-"""``torch.ops.flashrepro.attention_triton(q, k, v, causal, scale, enable_gqa,
-causal_alignment, config, bshd) -> (o, lse)``: (o, lse) as ``attention_lse``, o in
-(B, Lq, H, D) memory when ``bshd`` (as ``attention_bshd``); an operator whose body AOT
-tracing sees.
-
-Under ``torch.compile`` inductor traces the body and launches the kernel from its own
-generated code, without a Python op call per run, where :func:`inline_selection` returns a
-selection: the Triton kernel with pointer loads. ``config`` None runs :func:`inline_config`
-(never a Gluon or TMA launch); a ``config`` that selects a Gluon or TMA kernel, symbolic sizes
-and the CPU make the body call the opaque ``attention_lse`` (with ``bshd``, plus a copy into
-the (B, Lq, H, D) buffer). Eager calls (an exported program, opcheck) launch the same config
-through :func:`flashrepro.launch.forward`. Arguments and errors are
-:func:`flashrepro.attention`'s; ``config`` a label, a name or None."""
 
 
 # -- lengths as data: KV caches and packed sequences (flashrepro.launch_varlen) --
