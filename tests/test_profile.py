@@ -113,7 +113,7 @@ def test_run_ladder(fake_ncu: Path, tmp_path: Path,  # noqa: F811
     assert v2["time µs"] == "0.4" and v2["HGMMA"] == "n/a"
     claims = {r["claim"]: r for r in _md_rows(md, "claim")}
     assert claims["speed, v2 vs v1"]["ours: article config"] == "+150%"  # 1000 ns -> 400 ns
-    assert claims["HBM reads, v1 -> v2"]["seed 004"] == "-92.98%"
+    assert claims["HBM reads, v1 -> v2"]["memory article"] == "-92.98%"
     assert claims["HBM reads, v1 -> v2"]["ours: source workload"] == "n/a"
 
 
