@@ -1,7 +1,6 @@
-"""Gate experiment on one GPU (issue 4): timing spread, A/A false alarms, injected slowdowns.
+"""Gate experiment on one GPU: timing spread, A/A false alarms, injected slowdowns.
 
-Run from the repository root on the GPU machine (about 2 minutes on an H200; the first version,
-with 2 workers and the baseline in the parent, took 67 s):
+Run from the repository root on the GPU machine (about 2 minutes on an H200):
 
     OUT=/path/to/out PYTHONPATH=src python scripts/gate_experiment.py
 

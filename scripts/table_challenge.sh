@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
-# H200, one call: the warp-specialized kernel through the API, after a change to it.
+# H200, one call: the warp-specialized kernel through the API, against the tuned table.
 #  1. `tune --configs ... --against-table --write`: the ws kernel (fa3-ws3, its three-consumer
-#     tile, at D = 64 only; both with one program per tile, `tilegrid`) against each point's current table entry (24 points: L 512..16384,
-#     D 64/128, causal and not).
+#     tile at D = 64 only; both with one program per tile, `tilegrid`) against each point's
+#     current table entry (24 points: L 512..16384, D 64/128, causal and not).
 #  2. `reproduce` with the new table, made the new baseline (history kept: the committed
 #     baselines are copied in first).
 #  3. The sweep (`bench`) with the new table.
 # Its runs: the table-challenge-<commit>/ folders under lab/ (lab/README.md).
 #
 #   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=<sha> bash scripts/table_challenge.sh
-# with <sha> from the checkout the code came from (`git rev-parse HEAD` there): a copy of the
-# tree on a lent GPU machine may report a stale HEAD (lab/2026-11-29-three-consumer-tile/README.md, Files).
+# with <sha> from the checkout the code came from (`git rev-parse HEAD` there): a copied tree
+# may report a stale HEAD (lab/2026-11-29-three-consumer-tile/README.md, Files).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD/src FLASHREPRO_REQUIRE_GPU=1
 OUT=${OUT:-/tmp/out}; W=$OUT/w; mkdir -p "$W"

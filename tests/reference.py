@@ -13,7 +13,7 @@ from torch.nn.functional import scaled_dot_product_attention as sdpa
 import flashrepro
 from flashrepro import KernelConfig
 
-# Absolute floor of the parity rule, per dtype (issue 2).
+# Absolute floor of the parity rule, per dtype.
 FLOOR = {torch.float16: 1e-3, torch.bfloat16: 8e-3}
 
 
@@ -109,7 +109,7 @@ def check_parity(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: b
 def assert_parity(o: torch.Tensor, lse: torch.Tensor | None, q: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor, *, causal: bool, scale: float | None = None,
                   bottom_right: bool = False) -> None:
-    """The parity rule (issue 2) for an output o (and lse, if not None) of inputs q, k, v.
+    """The parity rule for an output o (and lse, if not None) of inputs q, k, v.
 
     On the same inputs, o's max error against the reference (float64 on CPU, float32 on GPU)
     is at most 2x torch SDPA's max error plus ``FLOOR[dtype]``; every element of o must be

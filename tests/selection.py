@@ -1,4 +1,4 @@
-"""Test helper: :func:`flashrepro.select.select` on given q, k, v with a fresh output and LSE
+"""For tests: :func:`flashrepro.select.select` on given q, k, v with a fresh output and LSE
 on their device (meta tensors included), and the stand-in GPU facts unless given."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Launch configurations: parsing labels, and what the default launch picks per arch (issue 7)."""
+"""Launch configurations: parsing labels, and what the default launch picks per arch."""
 
 from __future__ import annotations
 

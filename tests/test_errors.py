@@ -1,4 +1,4 @@
-"""One test per error path of flashrepro's public API (issue 9).
+"""One test per error path of flashrepro's public API.
 
 Each bad input must raise a TypeError or ValueError whose message names the argument and the
 rule it breaks, before anything reaches Triton. The rules are listed in

@@ -1,5 +1,5 @@
-"""Fault injection (issue 31): every way the gate was found to pass what it must fail, driven
-through the command line (:func:`flashrepro_harness.cli.main`) as the GPU job runs it.
+"""Fault injection: ways a gate can pass what it must fail, each driven through the command line
+(:func:`flashrepro_harness.cli.main`) as the GPU job runs it.
 
 Two paths:
 
@@ -12,10 +12,9 @@ Two paths:
   (``reproduce/results/nvidia-h200/reproduce.json``, paired A/A), judged against the committed
   baselines.
 
-Each test names the issue's case it covers; each failed on the code before the fix (the
-``control`` tests pass on both). Case 6 (the runners' Triton cache) and the workflow half of
-case 5 (which checkout judges a pull request) concern the workflow and the runners, not the
-gate's code, and are not here.
+Each test names the case it covers (``test_caseN_...``); the ``control`` tests show the same
+path passing good input. The runners' Triton cache and which checkout judges a pull request
+concern the workflow and the runners, not the gate's code, and are not here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shape lists of FlashAttention's own test suite as a parametrized GPU suite (issue 9).
+"""The shape lists of FlashAttention's own test suite as a parametrized GPU suite.
 
 Sequence-length pairs and head dims are those of ``test_flash_attn_output`` /
 ``test_flash_attn_varlen_output`` in Dao-AILab/flash-attention, ``tests/test_flash_attn.py``

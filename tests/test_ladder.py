@@ -1,6 +1,6 @@
 """Parity of every rung of the memory ladder (:mod:`flashrepro_harness.bench.ladder_kernels`).
 
-Same rule as ``tests/test_parity.py`` (issue 2): on fresh random inputs, a rung's max error
+Same rule as ``tests/test_parity.py``: on fresh random inputs, a rung's max error
 against a high-precision reference is at most 2x torch SDPA's plus a small floor; the output is
 poisoned with NaN before each launch and every element is compared. Without a GPU the kernels
 run under Triton's interpreter on small shapes in fp16 against a float64 reference; on a GPU,

@@ -107,7 +107,7 @@ def test_lock_records_its_command():
 
 
 def test_lock_pins_the_fa4_peer_as_measured(lock):
-    """The fa4 extra's versions (issue 21's H200 measurement) and the CUDA 13 flavour of the
+    """The fa4 extra's versions (those of the H200 measurement) and the CUDA 13 flavour of the
     CuTe DSL, the one torch's cu130 build needs, are in the image."""
     for name, version in [("flash-attn-4", "4.0.0b36"), ("nvidia-cutlass-dsl", "4.8.1"),
                           ("nvidia-cutlass-dsl-libs-cu13", "4.8.1"),

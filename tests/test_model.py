@@ -1,6 +1,6 @@
 """The analytic instruction-count model: the article's numbers, its formulas, and model = count.
 
-Published numbers and formulas: seed ``000_5de0d8ad12f287ab.txt`` (``docs/article.md``).
+Published numbers and formulas: the SASS article (``docs/article.md``).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def test_article_config_torch_and_triton() -> None:
 def test_generalised_model_reduces_to_the_articles_formulas(m: int, n: int, k: int,
                                                             warps: int) -> None:
     got = model.mma_sync_gemm(m, n, k, warps_m=warps, warps_n=1)
-    # Seed 000: warps split the rows; loads M·K/(16·16·n) + N·K/(16·16), mma M·N·K/(16·8·16·n).
+    # The article: warps split the rows; loads M·K/(16·16·n) + N·K/(16·16), mma M·N·K/(16·8·16·n).
     assert got["LDSM"] == m * k // (16 * 16 * warps) + n * k // (16 * 16)
     assert got["HMMA"] == m * n * k // (16 * 8 * 16 * warps)
     assert got["LDSM.MT"] == 0
@@ -112,7 +112,7 @@ def test_comparison_flags_a_wrong_prediction() -> None:
 
 
 def test_model_equals_count_on_every_row_or_says_why() -> None:
-    """Acceptance (issue 3): model = count for every row, or a written reason in the row."""
+    """Model = count for every row, or a written reason in the row."""
     checked = 0
     for target, row in rows(full_report()):
         if row["skipped"]:

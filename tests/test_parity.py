@@ -1,6 +1,6 @@
 """Torch parity: flashrepro's kernels against a high-precision reference and torch's SDPA.
 
-Rule (issue 2): on the same fresh random inputs, flashrepro's max error against the reference
+Rule: on the same fresh random inputs, flashrepro's max error against the reference
 is at most 2x torch SDPA's max error plus a small absolute floor. The output buffer is poisoned
 with NaN before each launch and every element is compared.
 
@@ -64,7 +64,7 @@ def test_interpreter_article_parity(lq: int, lk: int, causal: bool,
     check_parity(q, k, v, causal=causal, config=KernelConfig(32, 16, 4, 1), article=True)
 
 
-# -- GPU matrix (issue 2): dtype x causal x D x (Lq, Lk) x block shapes --
+# -- GPU matrix: dtype x causal x D x (Lq, Lk) x block shapes --
 GPU_LENGTHS = [(1, 1), (17, 17), (113, 113), (1000, 1000), (1023, 1023), (1024, 1024),
                (1025, 1025), (113, 203), (203, 113), (1, 1024), (1024, 1), (1000, 1025),
                (1025, 1000)]

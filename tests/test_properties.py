@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis): random small problems against the reference (issue 9).
+"""Property-based tests (hypothesis): random small problems against the reference.
 
 Each example draws a problem — batch, query heads as a multiple of key/value heads, lengths
 0..80, a head dim from a list that includes non-powers of two, causal mask and alignment,

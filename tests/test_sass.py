@@ -1,6 +1,6 @@
 """SASS counting: the listing parser, real compiles without a GPU, the golden gate, torch's kernel.
 
-The article's numbers (seed ``000_5de0d8ad12f287ab.txt``): 256 HMMA.16816.F32 and 112
+The SASS article's numbers (``docs/article.md``): 256 HMMA.16816.F32 and 112
 LDSM.16.M88.4 for its Triton kernel; 256 / 80 LDSM.16.M88.4 / 64 LDSM.16.MT88.4 for torch's.
 """
 
@@ -122,7 +122,7 @@ def test_count_sass_rejects_text_without_instructions() -> None:
 
 
 def test_article_kernel_sm80_gives_the_articles_counts() -> None:
-    """Acceptance (issue 3): a real compile for sm_80, no GPU: 256 HMMA, 112 LDSM."""
+    """A real compile for sm_80, no GPU: 256 HMMA, 112 LDSM (the SASS article's)."""
     row = next(r for r in full_report()["targets"]["sm_80"]["rows"]
                if r["name"] == f"article {ARTICLE.label()}")
     assert row["counts"]["opcodes"]["HMMA.16816.F32"] == 256

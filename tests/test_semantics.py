@@ -1,4 +1,4 @@
-"""SDPA-identical semantics on edge cases (issue 9), against the float64/float32 reference.
+"""SDPA-identical semantics on edge cases, against the float64/float32 reference.
 
 Most tests run at two sizes: ``small`` (Triton's interpreter on the CPU, float16 only: the
 interpreter's bf16 ``tl.dot`` is wrong upstream, triton issue 11584) and ``large``
@@ -349,7 +349,7 @@ def test_no_grad_allows_inputs_that_require_grad(device: torch.device) -> None:
 @pytest.mark.parametrize("config", [KernelConfig(64, 64, 4, 3),
                                     KernelConfig(64, 64, 4, 3, tma=True)], ids=["pointers", "tma"])
 def test_offsets_beyond_int32(config: KernelConfig, device: torch.device) -> None:
-    """Element offsets past 2^31 address correctly (issue 9), with pointer and TMA loads.
+    """Element offsets past 2^31 address correctly, with pointer and TMA loads.
 
     q, k, v and out are heads 0..3 of one (1, 33000, 512, 128) float16 buffer of 2.16e9
     elements (4.3 GB; the other heads NaN), so row offsets pass 2^31 elements: a long q over

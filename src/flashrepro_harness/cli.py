@@ -1,9 +1,8 @@
 """Command line: ``flashrepro SUBCOMMAND ...`` or ``python -m flashrepro_harness SUBCOMMAND``
 (:data:`COMMANDS`).
 
-Each subcommand lives in its own module, which provides ``add_arguments(parser)`` and
-``run(args) -> int`` (the process exit code). Only the chosen subcommand's module is imported,
-so ``flashrepro --help`` answers without loading torch or triton.
+Each subcommand's module provides ``add_arguments(parser)`` and ``run(args) -> int`` (the exit
+code); only the chosen one is imported, so ``--help`` loads neither torch nor triton.
 """
 
 from __future__ import annotations

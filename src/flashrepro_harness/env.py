@@ -1,8 +1,8 @@
 """Environment capture, recorded next to every result (``flashrepro doctor`` prints it).
 
-Clocks and the driver version come from NVML (``nvidia-ml-py``) when it is installed;
-everything else from torch, triton and git. torch and triton are imported by the functions
-that read them, so the argparse helpers here load without them (``flashrepro --help``).
+Clocks and the driver version come from NVML (``nvidia-ml-py``) when installed, the rest from
+torch, triton and git. torch and triton are imported inside the functions that read them, so the
+argparse types here load without them (``flashrepro --help``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,7 @@ from flashrepro_harness.paths import CHECKOUT
 
 def shown_path(path: Path) -> str:
     """``path`` as results and reports show it: relative to the repository root when inside
-    it (so committed results do not carry the path of the checkout that made them), else as
-    given."""
+    it, else as given."""
     try:
         return str(path.resolve().relative_to(CHECKOUT or Path.cwd()))
     except ValueError:
@@ -31,9 +30,8 @@ def shown_path(path: Path) -> str:
 
 
 def _git_commit() -> str | None:
-    """The commit the results come from: ``FLASHREPRO_GIT_COMMIT`` when set (the image's build
-    argument; a copied tree whose ``.git`` may be stale), else ``git rev-parse HEAD``, else CI's
-    ``GITHUB_SHA``."""
+    """The commit the results come from: ``FLASHREPRO_GIT_COMMIT`` (the image's build argument),
+    else ``git rev-parse HEAD``, else ``GITHUB_SHA``."""
     if commit := os.environ.get("FLASHREPRO_GIT_COMMIT"):
         return commit
     try:
@@ -84,9 +82,8 @@ def _version(distribution: str) -> str | None:
 
 
 def cpu() -> dict[str, Any]:
-    """The host CPU: its model name (Linux ``/proc/cpuinfo``, else ``platform.processor()``)
-    and logical cores. Host µs per call depend on it as much as on the GPU (on two H200 hosts
-    torch SDPA's flash call took 36 and 64 µs of host time, lab/2026-12-01-host-path/)."""
+    """The host CPU's model name (``/proc/cpuinfo``, else ``platform.processor()``) and logical
+    cores: host µs per call depend on it (lab/2026-12-01-host-path/)."""
     model = ""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -139,16 +136,13 @@ def require_gpu() -> bool:
 
 
 GIB_PER_XDIST_WORKER = 8
-"""GPU memory budgeted per pytest-xdist worker: a CUDA context plus a test's tensors (the
-> 2^31-offset test holds a 4.3 GB buffer); the largest test needs more, but one at a time."""
+"""GPU memory budgeted per pytest-xdist worker: a CUDA context plus a test's tensors."""
 
 
 def xdist_workers() -> int:
-    """pytest-xdist workers for the GPU suite: one per usable CPU core, since Triton's compiles
-    (single-threaded ptxas, on the CPU) take most of the suite's time, and at most one per
-    ``GIB_PER_XDIST_WORKER`` GiB of each visible GPU's memory (at least one per GPU). 1 without
-    a GPU. ``tests/conftest.py`` deals the workers out to the GPUs in turn, so each GPU gets as
-    many as the smallest one can hold.
+    """pytest-xdist workers for the GPU suite: one per usable CPU core (compiles dominate), at
+    most one per ``GIB_PER_XDIST_WORKER`` GiB of the smallest GPU, per GPU; 1 without a GPU.
+    ``tests/conftest.py`` deals them out to the GPUs in turn.
     """
     import torch
 

@@ -1,15 +1,14 @@
 """Every file the harness writes: results, baselines, summaries, the golden file, the tuned
 table, README.md.
 
-All of them go through :func:`write_atomic` (or :func:`replaced_on_success` for a library that
-writes by name, such as matplotlib): the bytes go to a temporary file in the same folder, then
-``os.replace`` puts it in place, so a reader sees the old file or the new one, never a part of
-one (a full disk or a file-size limit once cut a baseline to 32,768 bytes and lost its history).
+All go through :func:`write_atomic` (or :func:`replaced_on_success` for a library that writes by
+name, such as matplotlib): a temporary file in the same folder, then ``os.replace``, so a reader
+sees the old file or the new one, never part of one (a full disk or a file-size limit cannot
+truncate a baseline).
 
-A file named on the command line (``sass --markdown``, ``gate --summary``, ...) is checked when
-the arguments are parsed (:func:`output_file`, an argparse type), so a typo fails at once and
-not after minutes of work, and written with :func:`write_text`. Either way a path that cannot
-be written is an error that names the option and the rule, never a traceback.
+A file named on the command line is checked when the arguments are parsed (:func:`output_file`)
+and written with :func:`write_text`; a path that cannot be written is an error naming the option
+and the rule, never a traceback.
 """
 
 from __future__ import annotations
@@ -23,13 +22,8 @@ from pathlib import Path
 
 
 def unwritable_reason(path: Path) -> str | None:
-    """Why ``path`` cannot be written as a file, or None when it can (as far as a check
-    before writing can tell).
-
-    The rule: ``path`` is not an existing folder, and the nearest folder above it that exists
-    is a folder (not a file) that this user may write into; folders missing in between are
-    created by :func:`write_text`.
-    """
+    """Why ``path`` cannot be written as a file, or None: it must not be a folder, and the
+    nearest existing folder above it must be a folder this user may write into."""
     if path.is_dir():
         return f"{path} is a folder; name a file in it"
     parent = path.absolute().parent
@@ -45,8 +39,7 @@ def unwritable_reason(path: Path) -> str | None:
 
 def output_file(text: str) -> Path:
     """argparse ``type=`` of an option naming a file to write: the path, or an
-    ``ArgumentTypeError`` saying why it cannot be written (:func:`unwritable_reason`), which
-    argparse reports as ``argument --OPTION: ...`` with exit status 2."""
+    ``ArgumentTypeError`` (:func:`unwritable_reason`; argparse exits 2)."""
     path = Path(text)
     reason = unwritable_reason(path)
     if reason is not None:
@@ -66,13 +59,10 @@ def _umask() -> int:
 
 @contextlib.contextmanager
 def replaced_on_success(path: Path | str) -> Iterator[Path]:
-    """A temporary path beside ``path`` (same suffix, so a writer that picks the format from
-    it still does) for the caller to write; moved onto ``path`` with ``os.replace`` when the
-    block ends without an exception, removed when it raises.
-
-    Missing folders are created. A symbolic link is written through (its target replaced), an
-    existing file keeps its permission bits, and a new one gets ``0o666`` less the umask, as
-    ``open()`` would give it.
+    """A temporary path beside ``path`` (same suffix) for the caller to write; moved onto
+    ``path`` when the block ends without an exception, removed when it raises. Missing folders
+    are created; a symlink is written through; permission bits are kept, or ``0o666`` less the
+    umask for a new file.
 
     Raises:
         OSError: the folder or the file cannot be made, written or renamed (the temporary file
@@ -96,8 +86,7 @@ def replaced_on_success(path: Path | str) -> Iterator[Path]:
 
 
 def write_atomic(path: Path | str, data: str | bytes) -> None:
-    """Write ``data`` (text as UTF-8) to ``path`` atomically: a temporary file in the same
-    folder, flushed to the disk, then renamed into place (:func:`replaced_on_success`).
+    """Write ``data`` (text as UTF-8) to ``path`` atomically, fsync'd before the rename.
 
     Raises:
         OSError: as :func:`replaced_on_success`; ``path`` is then unchanged.
@@ -110,8 +99,7 @@ def write_atomic(path: Path | str, data: str | bytes) -> None:
 
 
 def write_text(option: str, path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (the value of ``option``, e.g. ``"--markdown"``) with
-    :func:`write_atomic`, creating missing folders.
+    """Write ``text`` to ``path`` (the value of ``option``, e.g. ``"--markdown"``) atomically.
 
     Raises:
         OutputError: the folder or the file cannot be made (permissions, a file in the way,

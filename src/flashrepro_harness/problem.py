@@ -61,7 +61,7 @@ class Problem:
 
 
 def load_article(path: Path = ARTICLE_TOML) -> tuple[Problem, dict[str, Any]]:
-    """The article's problem and its published numbers (seed ``000_5de0d8ad12f287ab.txt``).
+    """The SASS article's problem and its published numbers (docs/article.md).
 
     Returns:
         (problem, published) where published maps names (``ratio_first``, ``triton_ldsm``, ...)

@@ -1,11 +1,8 @@
-"""Progress of long steps (SASS compiles, timing rounds, tuning, the sweep, profiling) on stderr.
+"""Progress of long steps on stderr (stdout stays for tables and JSON).
 
-:func:`progress` wraps an iterable in a `tqdm <https://tqdm.github.io>`_ bar. On a terminal
-it is tqdm's live bar; elsewhere (CI logs, a pipe, a file) it is a plain line such as
-``sass compiles: 12/34 [01:02<01:40, 2.9 s/kernel]`` when the step starts, at most every
-:data:`LOG_INTERVAL_S` seconds while it runs, and when it ends. It writes to stderr only, so
-stdout (tables, JSON that a caller parses) is untouched. ``FLASHREPRO_PROGRESS=0`` turns it off,
-``FLASHREPRO_PROGRESS=1`` forces the plain lines, ``bar`` forces the bar.
+On a terminal, tqdm's live bar; elsewhere a plain line such as ``sass compiles: 12/34
+[01:02<01:40, 2.9 s/kernel]`` at the start, at most every :data:`LOG_INTERVAL_S` seconds, and
+at the end. ``FLASHREPRO_PROGRESS=0`` turns it off, ``=1`` forces the lines, ``=bar`` the bar.
 """
 
 from __future__ import annotations
@@ -20,8 +17,7 @@ from tqdm import tqdm
 T = TypeVar("T")
 
 LOG_INTERVAL_S = 30.0
-"""Seconds between two plain progress lines (non-terminal stderr): a few lines a minute at most
-in a CI log (override: $FLASHREPRO_PROGRESS_INTERVAL)."""
+"""Seconds between plain progress lines (override: $FLASHREPRO_PROGRESS_INTERVAL)."""
 
 PLAIN_FORMAT = "{desc}: {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]"
 
@@ -62,24 +58,16 @@ def progress(iterable: Iterable[T], desc: str, *, total: int | None = None,
              unit: str = "it", leave: bool = True) -> Iterator[T]:
     """Iterate over ``iterable`` showing ``desc`` and a count on stderr (see the module doc).
 
-    Args:
-        iterable: what to iterate over; ``total`` defaults to its ``len()`` where it has one.
-        desc: what is being done, e.g. ``"sass compiles"``.
-        total: the number of items, for an iterable without ``len()``.
-        unit: the name of one item in the rate (``"round"``, ``"kernel"``).
-        leave: keep the finished bar on a terminal (inner loops pass False).
-
-    Returns:
-        An iterator over the same items, in the same order.
+    ``total`` defaults to ``len(iterable)``; ``unit`` names an item in the rate; ``leave``
+    keeps the finished bar on a terminal. Yields the same items in order.
     """
     return iter(bar(desc, total=total, unit=unit, leave=leave, iterable=iterable))
 
 
 def bar(desc: str, *, total: int | None, unit: str = "it", leave: bool = True,
         iterable: Iterable[T] | None = None) -> tqdm:
-    """A :class:`tqdm.tqdm` on stderr set up as in the module doc; call ``update(n)`` on it and
-    ``close()`` it (or use it as a context manager) where items finish out of a loop, e.g.
-    in worker threads (tqdm's updates are thread-safe)."""
+    """A :class:`tqdm.tqdm` on stderr as in the module doc, for items that finish out of a loop
+    (``update(n)`` is thread-safe; ``close()`` it or use it as a context manager)."""
     how = mode()
     if how == "bar":
         return tqdm(iterable, desc=desc, total=total, unit=unit, leave=leave, file=sys.stderr,

@@ -10,7 +10,7 @@ from tabulate import tabulate
 
 from flashrepro_harness.outputs import write_atomic
 
-# The article's kernel over torch flash on its (mma.sync-class) GPU: seed 000_5de0d8ad12f287ab.txt
+# The article's kernel over torch flash on its mma.sync GPU (the SASS article, docs/article.md)
 PUBLISHED_NOTE = "article: 2.14 first version, 1.12 tuned (mma.sync GPU)"
 
 
@@ -89,11 +89,9 @@ def reproduce_markdown(results: dict[str, Any], sass_text: str | None = None) ->
 
 
 def write_summary(text: str, path: Path | None) -> None:
-    """Write markdown ``text`` to ``path`` (when given) and append it to
-    ``$GITHUB_STEP_SUMMARY`` (when set, a file of the runner's) unless that is ``path`` itself:
-    in the image (``.github/scripts/in-image``) it is ``/results/summary.md``, which the
-    workflow copies into the job summary, and appending would show everything twice. ``path``
-    is written atomically (:func:`flashrepro_harness.outputs.write_atomic`)."""
+    """Write markdown ``text`` to ``path`` (when given, atomically) and append it to
+    ``$GITHUB_STEP_SUMMARY`` (when set) unless that is ``path`` itself (in the image it is
+    ``/results/summary.md``, which the workflow copies into the job summary)."""
     if path is not None:
         write_atomic(path, text)
     step_summary = os.environ.get("GITHUB_STEP_SUMMARY")

@@ -1,8 +1,5 @@
-"""Where results JSON files live and what schema they carry: shared by the writers
-(:mod:`flashrepro_harness.bench.reproduce`, :mod:`flashrepro_harness.bench.sweep`) and the reader
-(:mod:`flashrepro_harness.gate.baseline`), below both in the import graph.
-
-The format is documented in ``docs/gate.md`` (results and baselines).
+"""Where results JSON files live and what schema they carry, for their writers (bench) and
+reader (gate). Format: docs/design.md, "File formats".
 """
 
 from __future__ import annotations
@@ -15,25 +12,22 @@ from flashrepro_harness.paths import checkout_path
 RESULTS_SCHEMA = "flashrepro.results/1"
 """The ``schema`` field of every results JSON (``reproduce.json``, ``bench.json``)."""
 COMPLETE = "complete"
-"""Top-level key that ``reproduce`` sets to true once every row is timed and checked, just
-before it writes the file; the gate refuses a results file without it."""
+"""Top-level key ``reproduce`` sets to true once every row is timed and checked; the gate refuses
+a results file without it."""
 PRODUCT_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel",
                    "flashrepro-p-in-registers")
-"""This project's rows (the product): the gate judges them, and one that cannot run is a
-failure, never a skip. Any other row named ``flashrepro...`` is one too (:func:`is_product`);
-torch's backends and the optional peers are the comparison and may be skipped."""
+"""This project's rows: the gate judges them, and one that cannot run fails, never skips (any row
+named ``flashrepro...`` too: :func:`is_product`)."""
 SUFFIXES = (" (non-causal)", " (mma.sync)")
 """Record-name suffixes: the article problem without its mask, and the DISABLE_MMA_V3=1 child."""
 OUTPUT_TOLERANCE = {"float16": 5e-3, "bfloat16": 4e-2}
-"""Largest max |o - ref| a timed row may have on the article problem, per dtype; ``ref`` is
-float32 attention on the same inputs (``reproduce``'s output check, every element).
+"""Largest max |o - ref| over every element a timed row may have on the article problem, per
+dtype; ``ref`` is float32 attention on the same inputs.
 
-Source: the parity rule of ``tests/reference.py`` (max error at most 2x torch SDPA's + a floor
-of 1e-3 for float16, 8e-3 for bfloat16), with SDPA's error taken at its worst on these inputs:
-the rounding of an output to the dtype, half a unit in the last place of |o| < 8 (o is a
-convex combination of rows of v, which is standard normal): 2 x 2^-9 + 1e-3 = 4.9e-3 for
-float16, 2 x 2^-6 + 8e-3 = 0.039 for bfloat16. Measured on the H200 (4c4fe2c): 1.1e-3 for every
-causal row, 1.8e-4 without the mask."""
+Source: the parity rule of ``tests/reference.py`` (at most 2x torch SDPA's error + a floor of
+1e-3 for float16, 8e-3 for bfloat16), with SDPA's error at its worst here, half a unit in the
+last place of |o| < 8 (o is a convex combination of standard-normal rows of v):
+2 x 2^-9 + 1e-3 = 4.9e-3 for float16, 2 x 2^-6 + 8e-3 = 0.039 for bfloat16."""
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -66,15 +60,13 @@ def output_tolerance(dtype: str) -> float:
 RESULTS_DIR = checkout_path("reproduce", "results")
 BASELINE_DIR = checkout_path("reproduce", "baselines")
 REFERENCE_PREFIX = "reference:"
-"""Prefix of a reference record's name in a results JSON: ``reference:flashrepro`` is the
-``flashrepro`` row timed with a reference checkout's code in the same rounds
-(:mod:`flashrepro_harness.bench.reference`); the gate pairs the two (docs/gate.md)."""
+"""Prefix of a reference twin's name: ``reference:flashrepro`` is the ``flashrepro`` row timed
+with a reference checkout's code in the same rounds (docs/gate.md)."""
 
 
 def baseline_dir() -> Path:
-    """The root of the per-GPU baselines when ``--baseline-dir`` is not given:
-    $FLASHREPRO_BASELINE_DIR, else reproduce/baselines (a run that makes its own baseline on the
-    machine that is then gated points both commands there)."""
+    """The root of the per-GPU baselines without ``--baseline-dir``:
+    $FLASHREPRO_BASELINE_DIR, else reproduce/baselines."""
     if os.environ.get("FLASHREPRO_BASELINE_DIR"):
         return Path(os.environ["FLASHREPRO_BASELINE_DIR"])
     return BASELINE_DIR

@@ -1,51 +1,35 @@
 """The analytic instruction-count model: tensor-core MMAs and shared-memory matrix loads.
 
-Static counts, i.e. instructions in the compiled code (not executed counts), of a
-FlashAttention-2 forward kernel, from its tile shapes. One *loop body* ("stage" in the article)
-is one step over BLOCK_N keys: S = Q·Kᵀ (BLOCK_M x BLOCK_N, reduction over HEAD_DIM), then
-O += P·V (BLOCK_M x HEAD_DIM, reduction over BLOCK_N). The kernel's code holds ``loop_bodies``
-copies of it (the causal off-band loop and the masked diagonal loop: 2 in the article; see
-:func:`fa2_loop_bodies` for torch's kernel). Source: seed ``000_5de0d8ad12f287ab.txt`` (digest
-in ``docs/article.md``), generalised from "warps split the rows" to any warp grid.
+Static counts (instructions in the code, not executed) of a FlashAttention-2 forward kernel from
+its tiles. One *loop body* ("stage" in the SASS article) is one step over BLOCK_N keys: S = Q·Kᵀ,
+then O += P·V; the code holds ``loop_bodies`` copies (2 for causal Triton; torch:
+:func:`fa2_loop_bodies`). Source: the SASS article (docs/article.md, "The SASS article"),
+generalised from "warps split the rows" to any warp grid.
 
-**mma.sync path** (sm_80/86/89, and sm_90 with ``DISABLE_MMA_V3=1``) — :func:`mma_sync_gemm`.
-``mma.sync.m16n8k16`` (SASS ``HMMA.16816.F32``) multiplies a 16x16 A fragment by a 16x8 B
-fragment; ``ldmatrix.x4`` (``LDSM.16.M88.4``; ``.trans``: ``LDSM.16.MT88.4``) moves four 8x8
-16-bit matrices, 256 elements, from shared memory into a warp's registers. For
-C (m x n) += A (m x k) · B (k x n) with the warps in a ``warps_m x warps_n`` grid, each warp
-owns an (m/warps_m) x (n/warps_n) block of C and needs the whole k extent of its rows of A and
-its columns of B, so per warp (= the static count: every warp runs the same code):
+**mma.sync** (sm_80/86/89; sm_90 with ``DISABLE_MMA_V3=1``), :func:`mma_sync_gemm`.
+``HMMA.16816.F32`` multiplies a 16x16 A fragment by a 16x8 B fragment; ``LDSM.16.M88.4``
+(``.trans``: ``LDSM.16.MT88.4``) moves 256 16-bit elements into a warp's registers. For
+C (m x n) += A (m x k) · B (k x n) over a ``warps_m x warps_n`` warp grid, per warp:
 
 * HMMA  = (m/warps_m)·(n/warps_n)·k / (16·8·16)
 * loads of A = (m/warps_m)·k / 256, loads of B = k·(n/warps_n) / 256
 
-A load is ``.trans`` (LDSM.MT) when the operand sits in shared memory with the *non*-reduction
-dim contiguous: in attention only V (rows of V are contiguous in D, P·V's n dim). Q, K and P
-are stored with their reduction dim (D, D and BLOCK_N) contiguous: plain LDSM. The article's
-formulas are the cases warps_m = n_warps, warps_n = 1 (torch: "split the rows": Q loads
-M·K/(16·16·n), K loads N·K/(16·16)) and warps_m = 1 (its K = 16 example for Triton).
+A load is ``.trans`` when the operand's non-reduction dim is contiguous: in attention only V.
+The article's formulas are warps_m = n_warps, warps_n = 1 (torch) and warps_m = 1 (Triton).
 
-P's route: the P·V product needs, in each warp, whole rows of P (its A operand) over all
-BLOCK_N keys. S's accumulator gives a warp whole rows only when warps_n = 1; then P stays in
-registers (FlashAttention-2's ``convert_layout_acc_Aregs``; Triton's register-only mma ->
-dot-operand conversion). With warps_n > 1 the rows are spread over warps and P makes a round
-trip through shared memory — stored, then loaded with LDSM as an ordinary A operand
-(:func:`p_through_smem`). These are the 16 extra LDSM per stage the article finds in Triton's
-code: its kernel compiles to a ``warpsPerCTA = [1, 4]`` layout.
+P's route: P·V needs whole rows of P per warp, which S's accumulator gives only when
+warps_n = 1 (P stays in registers: FA2's ``convert_layout_acc_Aregs``). With warps_n > 1 P goes
+through shared memory and back with LDSM (:func:`p_through_smem`): the article's 16 extra LDSM
+per stage, from Triton's ``warpsPerCTA = [1, 4]``. Q's route: reloaded with LDSM in every body
+(torch, Triton's pointer loads) or loaded once before the loops (Triton with TMA: ``q_in_loop``
+False).
 
-Q's route: Q does not change across the loop. torch (``Is_Q_in_regs = false``) and Triton's
-pointer-load kernels reload its A fragments from shared memory in every loop body; Triton keeps
-them in registers, loaded once before the loops, when Q arrives through TMA (``q_in_loop``).
-
-**wgmma path** (sm_90) — :func:`wgmma_gemm`. ``wgmma.mma_async.m64nNk16`` (SASS
-``HGMMA.64xNx16``) is issued by a warpgroup (4 warps) for a 64-row x N-column block of C,
-N <= 256, reading B (and A, unless A is in registers) straight from shared memory through
-descriptors: no LDSM. Warpgroups split the rows first (Triton's MMAv3 warps-per-tile rule), so
-with ``wg = num_warps/4``, ``wg_m = min(wg, m/64)``, ``wg_n = wg/wg_m``, the static count per
-product is (m/wg_m/64) · ceil((n/wg_n)/256) · k/16. Article config: S: 1·1·128/16 = 8, P·V:
-1·1·64/16 = 4, so 12 per stage and 24 in all (``docs/article.md``, "Static SASS"). P feeds
-P·V from registers (the wgmma accumulator layout is the A-operand layout: Triton's
-``matchMmaV3AndDotOperandLayout``), so the loop bodies hold no LDSM.
+**wgmma** (sm_90), :func:`wgmma_gemm`. ``HGMMA.64xNx16`` is issued by a warpgroup for a 64 x N
+block of C (N <= 256), operands read from shared memory by descriptor: no LDSM. Warpgroups split
+rows first (Triton's MMAv3 rule): ``wg = num_warps/4``, ``wg_m = min(wg, m/64)``,
+``wg_n = wg/wg_m``, count = (m/wg_m/64) · ceil((n/wg_n)/256) · k/16. P feeds P·V from registers
+(Triton's ``matchMmaV3AndDotOperandLayout``). Article config: 8 + 4 per stage, 24 in all
+(docs/article.md, "Measured here").
 """
 
 from __future__ import annotations
@@ -54,11 +38,11 @@ import math
 from dataclasses import dataclass
 
 MODELLED_CLASSES = ("HMMA", "HGMMA", "LDSM", "LDSM.MT")
-"""The classes the model predicts (names of :data:`flashrepro_harness.analysis.disasm.CLASSES`)."""
+"""The classes the model predicts (:data:`flashrepro_harness.analysis.disasm.CLASSES` names)."""
 
 TRITON_LOOP_BODIES = 2
-"""Loop bodies in both Triton kernels for a causal launch: kernels/article.py's STAGE 1 and 2
-loops, kernels/fwd.py's two ``_attn_stage`` calls."""
+"""Loop bodies of both Triton kernels, causal (article.py's STAGE 1 and 2, fwd.py's two
+``_attn_stage`` calls)."""
 
 LDSM_X4_ELEMENTS = 4 * 8 * 8
 """16-bit elements one ``ldmatrix.x4`` moves: four 8x8 matrices."""
@@ -73,13 +57,8 @@ def _exact(numerator: int, denominator: int, what: str) -> int:
 
 @dataclass(frozen=True)
 class Operand:
-    """Where a matrix-product operand comes from.
-
-    Attributes:
-        from_smem: loaded from shared memory with ldmatrix (False: already in registers).
-        trans: the load is ``ldmatrix.trans`` (LDSM.MT): the operand's non-reduction dim is
-            contiguous in shared memory.
-    """
+    """Where a matrix-product operand comes from: shared memory by ldmatrix (``from_smem``;
+    else registers), ``.trans`` (LDSM.MT) when ``trans``."""
 
     from_smem: bool = True
     trans: bool = False
@@ -87,13 +66,8 @@ class Operand:
 
 @dataclass(frozen=True)
 class Prediction:
-    """A whole-kernel prediction of :data:`MODELLED_CLASSES`.
-
-    Attributes:
-        total: counts in the whole function.
-        in_loops: the part inside the loop bodies (``total`` minus what runs once before the
-            loops, e.g. a hoisted Q).
-    """
+    """A whole-kernel prediction of :data:`MODELLED_CLASSES`: ``total`` and the part
+    ``in_loops`` (without what runs once, e.g. a hoisted Q)."""
 
     total: dict[str, int]
     in_loops: dict[str, int]
@@ -101,18 +75,9 @@ class Prediction:
 
 def mma_sync_gemm(m: int, n: int, k: int, warps_m: int, warps_n: int,
                   a: Operand = Operand(), b: Operand = Operand()) -> dict[str, int]:
-    """Static HMMA / LDSM / LDSM.MT counts of C (m x n) += A (m x k) · B (k x n) on mma.sync.
-
-    Formulas in the module docstring (seed ``000_5de0d8ad12f287ab.txt``, generalised to a
-    ``warps_m x warps_n`` warp grid).
-
-    Args:
-        m, n, k: the product's dims, in elements (fp16/bf16).
-        warps_m, warps_n: the warp grid over C (Triton's ``warpsPerCTA`` of the mma layout).
-        a, b: the operands' sources.
-
-    Returns:
-        ``{"HMMA": .., "LDSM": .., "LDSM.MT": ..}``.
+    """Static ``{"HMMA", "LDSM", "LDSM.MT"}`` counts of C (m x n) += A (m x k) · B (k x n) on
+    mma.sync (module docstring); dims in fp16/bf16 elements, ``warps_m x warps_n`` the warp grid
+    over C (Triton's ``warpsPerCTA``).
 
     Raises:
         ValueError: a warp's block is not whole m16n8k16 steps (rows a multiple of 16, columns
@@ -132,8 +97,7 @@ def mma_sync_gemm(m: int, n: int, k: int, warps_m: int, warps_n: int,
 
 
 def p_through_smem(warps_n: int) -> bool:
-    """Whether P reaches the P·V product through shared memory: when S's warps split its
-    columns (``warps_n > 1``), see the module docstring."""
+    """Whether P reaches P·V through shared memory: S's warps split its columns."""
     return warps_n > 1
 
 
@@ -141,13 +105,9 @@ def mma_sync_stage(block_m: int, block_n: int, head_dim: int, warps_m: int, warp
                    p_in_smem: bool, q_in_loop: bool = True) -> dict[str, int]:
     """Counts of one loop body on the mma.sync path: S = Q·Kᵀ, then O += P·V.
 
-    Q (A of S) loads with LDSM when ``q_in_loop``, K (B of S, D contiguous) with LDSM; P (A of
-    P·V) with LDSM only when ``p_in_smem``; V (B of P·V, D = the n dim contiguous) with
-    LDSM.MT. Both products use the same warp grid.
-
-    Article config, torch (warps 4 x 1, P in registers): S: 8 + 32 LDSM, 64 HMMA; P·V: 32
-    LDSM.MT, 64 HMMA -> 40 / 32 / 128 per stage. Triton's article kernel (warps 1 x 4, P through
-    shared memory): S: 32 + 8 LDSM, 64 HMMA; P·V: 16 LDSM + 8 LDSM.MT, 64 HMMA -> 56 / 8 / 128.
+    Q loads with LDSM when ``q_in_loop``, K with LDSM, P with LDSM when ``p_in_smem``, V with
+    LDSM.MT. Article config, LDSM / LDSM.MT / HMMA per stage: torch (4 x 1) 40 / 32 / 128, the
+    article's Triton kernel (1 x 4) 56 / 8 / 128.
 
     Raises:
         ValueError: see :func:`mma_sync_gemm`.
@@ -164,9 +124,8 @@ def mma_sync_model(block_m: int, block_n: int, head_dim: int, warps_m: int, warp
     """Whole-kernel static counts on the mma.sync path: ``loop_bodies`` x one stage, plus Q's
     loads once before the loops when it is not reloaded in them (``q_in_loop`` False).
 
-    Article config: torch 80 LDSM, 64 LDSM.MT, 256 HMMA; the article's Triton kernel 112 LDSM,
-    16 LDSM.MT, 256 HMMA (seed ``000_5de0d8ad12f287ab.txt``; the LDSM.MT figure is cut off in
-    the article, 16 is what Triton 3.6 compiles).
+    Article config: torch 80 LDSM, 64 LDSM.MT, 256 HMMA; the Triton kernel 112, 16, 256 (the
+    SASS article; its text stops before the LDSM.MT count, 16 is Triton 3.6's).
 
     Raises:
         ValueError: see :func:`mma_sync_gemm`.
@@ -179,9 +138,7 @@ def mma_sync_model(block_m: int, block_n: int, head_dim: int, warps_m: int, warp
 
 
 def wgmma_gemm(m: int, n: int, k: int, num_warps: int) -> int:
-    """Static HGMMA count of C (m x n) += A (m x k) · B (k x n) on sm_90 wgmma (m64nNk16).
-
-    Formula and source in the module docstring.
+    """Static HGMMA count of C (m x n) += A (m x k) · B (k x n) on sm_90 (module docstring).
 
     Raises:
         ValueError: ``num_warps`` is not a multiple of 4, m is not a multiple of 64 per
@@ -209,10 +166,9 @@ def wgmma_model(block_m: int, block_n: int, head_dim: int, num_warps: int,
 
 
 def gluon_overlap_model(block_m: int, block_n: int, head_dim: int, num_warps: int) -> Prediction:
-    """Static counts of the Gluon kernel (kernels/fwd_gluon.py): one software-pipelined loop
-    whose body issues S_j and P_{j-1}·V_{j-1}, plus S_0 before it and the last P·V after it,
-    so 2 x (S + P·V) HGMMAs in all and one (S + P·V) in the loop; no HMMA, no LDSM (P stays in
-    registers, Q, K, V arrive by TMA). Article config: 24 in all, 12 in the loop.
+    """Static counts of kernels/fwd_gluon.py: a pipelined loop issuing S_j and P_{j-1}·V_{j-1},
+    S_0 before it and the last P·V after: 2 x (S + P·V) HGMMAs, one in the loop; no HMMA or
+    LDSM. Article config: 24, 12 in the loop.
 
     Raises:
         ValueError: see :func:`wgmma_gemm`.
@@ -224,11 +180,9 @@ def gluon_overlap_model(block_m: int, block_n: int, head_dim: int, num_warps: in
 
 
 def gluon_ws_model(block_n: int, head_dim: int, consumers: int = 2) -> Prediction:
-    """Static counts of the warp-specialized Gluon kernel (kernels/fwd_gluon_ws.py): each of
-    its ``consumers`` warpgroups (2, or 3 in the 192-row tile) is its own code,
-    :func:`gluon_overlap_model` of a 64-row tile with 4 warps; the producer warp issues no
-    matrix instructions. The kernel is persistent, so all of them sit in a loop (over tiles).
-    FA3's tiles (128 x 128, D = 128): 2 x 32 = 64 HGMMA, all in loops.
+    """Static counts of kernels/fwd_gluon_ws.py: ``consumers`` copies (2, or 3 for 192 rows) of
+    :func:`gluon_overlap_model` at 64 rows and 4 warps, all inside the persistent tile loop.
+    FA3's 128 x 128 tiles at D = 128: 64 HGMMA.
 
     Raises:
         ValueError: see :func:`wgmma_gemm`.
@@ -244,11 +198,8 @@ FA2_WARPS = (4, 1)
 
 
 def fa2_loop_bodies(block_m: int, block_n: int) -> int:
-    """Copies of the loop body in torch's FA2 forward kernel, causal with even M/N.
-
-    ``flash_fwd_kernel.h`` (``compute_attn_1rowblock``): the first
-    ``n_masking_steps = ceil(kBlockM / kBlockN)`` key blocks run in a fully unrolled masked
-    loop, the rest in one unmasked loop: ceil(kBlockM/kBlockN) + 1 bodies (2 for 64 x 64, 3 for
-    128 x 64).
+    """Copies of the loop body in torch's FA2 forward kernel, causal with even M/N:
+    ``ceil(kBlockM / kBlockN)`` unrolled masked steps plus one unmasked loop
+    (``flash_fwd_kernel.h``, ``compute_attn_1rowblock``).
     """
     return math.ceil(block_m / block_n) + 1

@@ -1,10 +1,8 @@
 """Disassemble with Triton's bundled ``cuobjdump`` and count SASS instructions by opcode and class.
 
-The tool is the one Triton itself uses (``triton.knobs.nvidia.cuobjdump``: the binary shipped in
-Triton's wheel under ``triton/backends/nvidia/bin``, or ``$TRITON_CUOBJDUMP_PATH``), so no CUDA
-toolkit is needed. An *opcode* is the mnemonic with its modifiers as cuobjdump prints it
-(``HMMA.16816.F32``, ``LDSM.16.MT88.4``); a *class* groups opcodes the way the article does
-(seed ``000_5de0d8ad12f287ab.txt``): see :data:`CLASSES`.
+The tool is Triton's own (``triton.knobs.nvidia.cuobjdump``, shipped in its wheel), so no CUDA
+toolkit is needed. An *opcode* is the mnemonic with its modifiers (``LDSM.16.MT88.4``); a
+*class* groups opcodes as the SASS article does (:data:`CLASSES`).
 """
 
 from __future__ import annotations
@@ -22,8 +20,7 @@ _ADDR_PRED = r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P(?:T|\d)\s+)?"  # /*0a10*/ [@!P0 
 _INSTRUCTION = re.compile(_ADDR_PRED + r"([A-Z][A-Za-z0-9_.]*)")
 _BACKWARD_BRANCH = re.compile(_ADDR_PRED + r"BRA(?:\.[A-Z.]+)?\s+0x([0-9a-f]+)")
 _EXIT = re.compile(_ADDR_PRED + r"EXIT\b")
-# BAR.SYNC.DEFER_BLOCKING 0x8, 0x100 / BAR.ARV 0x9, 0x100 / BAR.SYNC.DEFER_BLOCKING 0x1:
-# a literal barrier id and, where given, the thread count
+# BAR.ARV 0x9, 0x100: a literal barrier id and, where given, the thread count
 _NAMED_BARRIER = re.compile(_ADDR_PRED + r"(BAR\.[A-Z_.]+)\s+0x([0-9a-f]+)(?:,\s*0x([0-9a-f]+))?")
 _RESOURCES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 
@@ -50,9 +47,7 @@ CLASSES: dict[str, Callable[[str], bool]] = {
     "LDL": lambda op: _mnemonic(op) == "LDL",  # local-memory loads: register spills
     "STL": lambda op: _mnemonic(op) == "STL",  # local-memory stores: register spills
 }
-"""Instruction classes, in table order. ``ASYNC`` holds the asynchronous global->shared copies:
-``LDGSTS`` (cp.async, sm_80+), ``UTMALDG``/``UTMASTG``/``UTMAPF``/``UTMAREDG`` (TMA, sm_90) and
-``UBLKCP``/``UBLKPF``/``UBLKRED`` (bulk copies). ``LDL``/``STL`` are register spills."""
+"""Instruction classes, in table order."""
 
 CLASS_NAMES: tuple[str, ...] = (*CLASSES, "total")
 
@@ -65,13 +60,9 @@ class SassCounts:
         opcodes: instructions per full opcode (``{"HMMA.16816.F32": 256, ...}``), sorted by name.
         classes: instructions per class of :data:`CLASSES`, plus ``total`` (every instruction
             in the listing, padding ``NOP``\\s included).
-        loop_classes: the same classes counted only inside loop bodies (the address ranges
-            closed by a backward branch), so per-iteration work can be told from the
-            prologue and epilogue.
-        barriers: the distinct ``[id, threads]`` each ``BAR.*`` opcode with a literal
-            barrier id uses, sorted (``{"BAR.ARV": [[8, 256], [9, 256]], ...}``; threads 0:
-            no count given, the whole CTA): which hardware barriers a kernel takes (the
-            warp-specialized kernel's turn uses ids of its own beside the compiler's).
+        loop_classes: the same, only inside loop bodies (:func:`loop_ranges`).
+        barriers: the distinct ``[id, threads]`` of each ``BAR.*`` opcode with a literal id,
+            sorted (``{"BAR.ARV": [[8, 256], [9, 256]]}``; threads 0: the whole CTA).
     """
 
     opcodes: dict[str, int]
@@ -123,9 +114,8 @@ def loop_ranges(sass: str) -> list[tuple[int, int]]:
     """Loop bodies of a one-function cuobjdump listing: address ranges ``[target, branch]`` of
     every backward ``BRA`` that lies before the function's last ``EXIT``.
 
-    Branches after the last EXIT belong to out-of-line blocks (e.g. the retry of an mbarrier
-    wait on sm_90, which jumps back into the code it left) and to the padding self-branch;
-    they close no loop.
+    Branches after the last EXIT (out-of-line blocks such as an mbarrier wait's retry, the
+    padding self-branch) close no loop.
     """
     exits = [int(m.group(1), 16) for m in _EXIT.finditer(sass)]
     end = max(exits, default=-1)
@@ -177,9 +167,8 @@ def parse_resources(text: str) -> Resources:
 def disassemble_cubin(cubin: bytes, workdir: Path) -> tuple[SassCounts, Resources]:
     """Counts and resource usage of a single-function cubin (what Triton compiles).
 
-    Args:
-        cubin: the ELF bytes (``CompiledKernel.asm["cubin"]``).
-        workdir: an existing directory for the temporary ``.cubin`` file.
+    ``cubin``: the ELF bytes (``CompiledKernel.asm["cubin"]``); ``workdir``: an existing folder
+    for the temporary file.
 
     Raises:
         RuntimeError, ValueError: see :func:`cuobjdump` and :func:`count_sass`.

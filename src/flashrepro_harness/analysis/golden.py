@@ -48,13 +48,8 @@ def entry(result: KernelSass) -> dict[str, Any]:
 
 def build(results: Iterable[KernelSass], base: dict[str, Any] | None,
           header: dict[str, Any]) -> dict[str, Any]:
-    """A golden document holding ``results``; targets not in ``results`` are kept from ``base``.
-
-    Args:
-        results: fresh compiles.
-        base: the current golden document, or None.
-        header: ``triton``, ``tools`` and ``problem`` entries.
-    """
+    """A golden document holding ``results``, other targets kept from ``base`` (or None);
+    ``header``: its ``triton``, ``tools`` and ``problem`` entries."""
     kernels: dict[str, dict[str, Any]] = {}
     for r in results:
         kernels.setdefault(r.spec.target, {})[kernel_key(r)] = entry(r)
@@ -117,14 +112,8 @@ def compare(golden: dict[str, Any] | None, results: Iterable[KernelSass],
             targets: Iterable[str]) -> dict[tuple[str, str], list[str]]:
     """Differences between fresh compiles and the golden document, for the targets run.
 
-    Args:
-        golden: the golden document, or None (then every kernel is "not in the golden file").
-        results: fresh compiles.
-        targets: the targets that were compiled (golden kernels of other targets are ignored).
-
-    Returns:
-        ``{(target, kernel key): [diff lines]}`` for each kernel that differs, is new, or is in
-        the golden file but was not produced; empty when everything matches.
+    Returns ``{(target, kernel key): [diff lines]}`` for each kernel of ``targets`` that
+    differs, is new, or is in the golden file but not compiled now; empty when all match.
     """
     kernels = (golden or {}).get("kernels", {})
     current: dict[tuple[str, str], dict[str, Any]] = {
@@ -144,12 +133,7 @@ def compare(golden: dict[str, Any] | None, results: Iterable[KernelSass],
 
 
 def format_diff(diff: list[dict[str, Any]], path: Path) -> str:
-    """The diff as text: one block per kernel, then how to accept the change.
-
-    Args:
-        diff: ``[{"target", "kernel", "lines"}]`` as in the report's ``golden.diff``.
-        path: the golden file.
-    """
+    """The report's ``golden.diff`` as text, one block per kernel, then how to accept it."""
     blocks = [f"SASS drift against {path}:"]
     for d in diff:
         blocks.append(f"  {d['target']}  {d['kernel']}")

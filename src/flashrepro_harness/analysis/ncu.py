@@ -1,26 +1,14 @@
 """Nsight Compute runner: profile selected kernel launches of a command and parse the metrics.
 
-One job: run a command (usually ``python -m ...``) under ``ncu``, collect a list of metrics for
-the launches picked by a kernel-name regex and a launch skip/count, and return them as one dict
-per launch, in base units (bytes, nanoseconds, instructions, %).
+Metrics of the launches a kernel-name regex and a launch skip/count pick, one dict per launch in
+base units (bytes, ns, instructions, %). Flags (Nsight Compute CLI guide): ``--clock-control
+none`` keeps the GPU's clocks; the default cache control and kernel replay give DRAM bytes of a
+cold L2; the ``--export`` report is printed with ``--csv --page raw --print-units base``
+(:func:`parse_csv` also reads ``--page details``).
 
-How (Nsight Compute CLI guide, https://docs.nvidia.com/nsight-compute/NsightComputeCli):
-
-* ``ncu --clock-control none`` keeps the GPU's own clocks (the default locks them to base);
-  the default ``--cache-control all`` flushes the caches before every replay pass and the
-  default ``--replay-mode kernel`` replays the kernel once per group of metrics that the
-  hardware counters cannot collect together, so the DRAM bytes are those of a cold L2;
-* ``--kernel-name regex:R`` selects kernels by function name; ``--launch-skip S`` and
-  ``--launch-count N`` count only the launches that match, so warm-up launches are skipped;
-* the results go to a report (``--export``), which ``ncu --import ... --csv --page raw
-  --print-units base`` prints as CSV: a header row, a units row, one row per profiled launch,
-  one column per metric. :func:`parse_csv` also reads the long ``--page details`` form (one
-  row per metric).
-
-Metric names differ between GPU generations and ncu versions; :func:`query_metrics` asks
-``ncu --query-metrics`` which base names this GPU has, :func:`resolve` picks the first known
-name from a list of candidates, and :func:`profile` drops (and reports) names that ncu still
-rejects, so that a missing metric becomes "n/a" instead of a failed run.
+Metric names differ between GPUs and ncu versions: :func:`resolve` picks the first name
+``ncu --query-metrics`` knows, and :func:`profile` drops (and lists) names ncu still rejects, so
+a missing metric is "n/a", not a failed run.
 """
 
 from __future__ import annotations
@@ -54,15 +42,8 @@ class NcuError(RuntimeError):
 
 @dataclass(frozen=True)
 class KernelProfile:
-    """The metrics of one profiled kernel launch.
-
-    Attributes:
-        launch_id: ncu's ``ID`` of the launch (0, 1, ... in profiling order).
-        kernel: the kernel's function name, as ncu reports it.
-        metrics: metric name -> value in base units (float), or the text ncu printed when it is
-            not a number (e.g. ``'n/a'``).
-        units: metric name -> the unit ncu printed (before conversion to base units).
-    """
+    """The metrics of one profiled launch: ncu's ``launch_id`` and ``kernel`` name, ``metrics``
+    (name -> value in base units, or ncu's text when not a number) and ncu's ``units``."""
 
     launch_id: int
     kernel: str
@@ -79,14 +60,8 @@ class KernelProfile:
 
 @dataclass(frozen=True)
 class NcuResult:
-    """What :func:`profile` returns.
-
-    Attributes:
-        kernels: one :class:`KernelProfile` per profiled launch, in launch order.
-        csv: the CSV text as ncu printed it (raw page, base units).
-        command: the profiling command line that produced it.
-        dropped: requested metrics that ncu did not know and that were left out.
-    """
+    """What :func:`profile` returns: ``kernels`` in launch order, ncu's ``csv``, the
+    ``command`` line and the ``dropped`` metrics ncu did not know."""
 
     kernels: list[KernelProfile]
     csv: str
@@ -138,15 +113,8 @@ def _to_base(text: str, unit: str) -> float | str:
 def parse_csv(text: str) -> list[KernelProfile]:
     """Parse ncu CSV output, raw (wide) or details (long) page, into per-launch metrics.
 
-    Lines before the header (``==PROF==`` messages, the program's own output) are skipped.
-    Values lose their thousands separators and are scaled to base units (byte, nsecond)
-    when ncu printed a scaled unit (``Mbyte``, ``usecond``, ...).
-
-    Args:
-        text: what ``ncu --csv`` (``--page raw`` or ``--page details``) printed.
-
-    Returns:
-        One :class:`KernelProfile` per launch, ordered by ncu's launch ID.
+    Lines before the header are skipped; values lose thousands separators and are scaled to
+    base units (byte, nsecond). Returns one :class:`KernelProfile` per launch, by launch ID.
 
     Raises:
         NcuError: no CSV header (a line starting with ``"ID"``) in ``text``.
@@ -192,8 +160,8 @@ def parse_csv(text: str) -> list[KernelProfile]:
 def query_metrics(ncu: str, timeout_s: float = 120) -> frozenset[str] | None:
     """Base metric names (no ``.sum``-style suffix) that ncu offers on this machine's GPU.
 
-    Runs ``ncu --query-metrics``; returns None when that fails (no device, old ncu), in which
-    case callers should request their first-choice names and rely on :func:`profile`'s retry.
+    None when ``ncu --query-metrics`` fails: then request first choices and rely on
+    :func:`profile`'s retry.
     """
     try:
         out = subprocess.run([ncu, "--query-metrics"], capture_output=True, text=True,
@@ -209,14 +177,8 @@ def resolve(candidates: Mapping[str, Sequence[str]],
             known: frozenset[str] | None) -> dict[str, str]:
     """Pick one ncu metric name per quantity: the first candidate whose base name ncu knows.
 
-    Args:
-        candidates: quantity key -> metric names to try, best first (e.g. the ``smsp__`` and
-            ``sm__`` spellings of a counter); at least one each.
-        known: base names from :func:`query_metrics`, or None when unknown.
-
-    Returns:
-        quantity key -> metric name: the first known candidate, else the first candidate (ncu
-        then has the last word: :func:`profile` drops names it rejects).
+    ``candidates``: quantity -> names, best first; ``known``: :func:`query_metrics`' names or
+    None. With none known, the first candidate (:func:`profile` drops names ncu rejects).
 
     Raises:
         ValueError: a quantity with no candidate.
@@ -242,19 +204,14 @@ def profile(command: Sequence[str], metrics: Iterable[str], *, kernel_regex: str
     """Run ``command`` under Nsight Compute and return the selected launches' metrics.
 
     Args:
-        command: the program to profile, e.g. ``[sys.executable, "-m", "pkg.workload"]``.
+        command: the program to profile.
         metrics: metric names (``dram__bytes_read.sum``, ...).
-        kernel_regex: regex on the kernel function name (``--kernel-name regex:...``).
-        launch_skip: matching launches to skip first (warm-up).
-        launch_count: matching launches to profile after the skipped ones.
+        kernel_regex: regex on the kernel function name.
+        launch_skip, launch_count: matching launches skipped (warm-up), then profiled.
         env: the command's environment (default: this process's).
-        ncu: the ncu executable (default: :func:`find_ncu`).
-        report: where to keep the ``.ncu-rep`` report; default a temporary file, deleted.
-        timeout_s: wall-clock limit for each ncu invocation, seconds.
-
-    Returns:
-        An :class:`NcuResult`; metrics ncu did not know are listed in ``dropped`` and absent
-        from the kernels' dicts.
+        ncu: the executable (default: :func:`find_ncu`).
+        report: where to keep the ``.ncu-rep``; default a temporary file.
+        timeout_s: limit for each ncu invocation, seconds.
 
     Raises:
         NcuError: ncu is missing, failed, timed out, or profiled a different number of

@@ -1,30 +1,19 @@
 """Compile a kernel for a target GPU arch on a machine without a GPU, and count its SASS.
 
-Used by :mod:`flashrepro_harness.analysis.sass` (the ``sass`` subcommand and :func:`sass_report`).
-
 What is compiled is the launch the library chooses: :func:`flashrepro.select.select` (for the
-article's kernel :func:`flashrepro.select.article_call`) is called on meta tensors of the
-problem's shape (contiguous, so 16-byte aligned, as a fresh GPU allocation) with the target's
-arch and its ``DISABLE_MMA_V3`` setting, and its
-:class:`~flashrepro.kernels.call.KernelCall` (kernel, arguments, constexprs, num_warps,
-num_stages) is compiled; a spec whose variant names another kernel than the one selected is an
-error. Triton's own launch path, ``JITFunction.warmup``, compiles it under an offline driver
-that reports the target arch (:class:`_OfflineDriver`): Triton's binder applies its usual
-specialization (16-byte pointer alignment and integers divisible by 16 as
-``tt.divisibility = 16``, integers equal to 1 as constexprs), exactly as on a GPU. The cubin is
-disassembled with Triton's cuobjdump (:mod:`flashrepro_harness.analysis.disasm`).
+article's kernel :func:`flashrepro.select.article_call`) on contiguous meta tensors of the
+problem's shape, with the target's arch and ``DISABLE_MMA_V3``; a variant naming another kernel
+than the one selected is an error. ``JITFunction.warmup`` compiles the
+:class:`~flashrepro.kernels.call.KernelCall` under a driver that reports the target arch
+(:class:`_OfflineDriver`), so Triton specializes exactly as on a GPU; the cubin is disassembled
+by :mod:`flashrepro_harness.analysis.disasm`.
 
-The GPU facts that are no arch: every target takes
-:data:`~flashrepro.select.STAND_IN_NUM_SMS` SMs and :data:`~flashrepro.select.STAND_IN_L2_BYTES`
-of L2. Only the head grouping reads L2, and at the article problem any L2 of 32 MiB or more
-gives the same group (all 32 heads; a smaller L2, as sm_86's, would change that integer
-argument's specialization); the SM count sets only the ws kernel's grid, which no compile reads.
+Every target takes :data:`~flashrepro.select.STAND_IN_NUM_SMS` SMs (only the ws kernel's grid,
+which no compile reads) and :data:`~flashrepro.select.STAND_IN_L2_BYTES` of L2 (at the article
+problem any L2 of 32 MiB or more gives the same head grouping).
 
-Compiles run in a worker process (:func:`kernel_sass`): under ``TRITON_INTERPRET=1`` (the CPU
-test suite) ``@triton.jit`` kernels are interpreter objects that cannot be compiled, and
-``DISABLE_MMA_V3`` (the mma.sync path on sm_90) is read from the environment by Triton's C++
-passes at compile time. Triton's on-disk cache (``~/.triton/cache``, its key includes
-``DISABLE_MMA_V3``) makes repeated runs fast.
+Compiles run in worker processes (:func:`kernel_sass`): under ``TRITON_INTERPRET=1`` kernels
+cannot be compiled, and Triton reads ``DISABLE_MMA_V3`` from the environment at compile time.
 """
 
 from __future__ import annotations
@@ -55,14 +44,8 @@ from flashrepro_harness.progress import bar as progress_bar
 
 @dataclass(frozen=True)
 class Target:
-    """A compile target.
-
-    Attributes:
-        name: table/JSON key, ``sm_80`` ... ``sm_90``, or ``sm_90-mma.sync``.
-        arch: compute capability as an int (80, 86, 89, 90).
-        mma_v3: False compiles with ``DISABLE_MMA_V3=1``: Triton then lowers ``tl.dot`` on sm_90
-            to mma.sync (HMMA) instead of wgmma (HGMMA), like the article's Ampere/Ada GPU.
-    """
+    """A compile target: ``name`` (``sm_80`` ... ``sm_90``, ``sm_90-mma.sync``), ``arch`` (80,
+    86, 89, 90); ``mma_v3`` False compiles with ``DISABLE_MMA_V3=1`` (HMMA instead of HGMMA)."""
 
     name: str
     arch: int
@@ -75,8 +58,8 @@ class Target:
 
     @property
     def config_arch(self) -> int:
-        """The arch whose default launch config a launch here takes: on the mma.sync path of
-        sm_90 that of sm_80, whose code Triton then builds (``flashrepro.configs.launch_arch``)."""
+        """The arch whose default config applies: sm_80's on sm_90's mma.sync path
+        (``flashrepro.configs.launch_arch``)."""
         return self.arch if self.mma_v3 else min(self.arch, 80)
 
 
@@ -88,15 +71,8 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
 
 @dataclass(frozen=True)
 class Variant:
-    """A kernel to count.
-
-    Attributes:
-        name: table/JSON key.
-        kernel: ``module:attribute`` of the JIT function; a spec of this variant compiles the
-            launch :func:`flashrepro.select.select` chooses (``article``:
-            :func:`flashrepro.select.article_call`), which must run this function.
-        description: one line for the table.
-    """
+    """A kernel to count; ``kernel``: ``module:attribute`` of the JIT function the selected
+    launch must run."""
 
     name: str
     kernel: str
@@ -146,15 +122,12 @@ class KernelSass:
     """What one compile gives.
 
     Attributes:
-        spec: what was compiled.
-        counts: static SASS counts (:class:`~flashrepro_harness.analysis.disasm.SassCounts`).
-        resources: registers per thread, static shared/local bytes (cuobjdump -res-usage).
-        shared_bytes: shared memory the launch requests, bytes (Triton's ``metadata.shared``).
+        counts, resources: :mod:`flashrepro_harness.analysis.disasm`'s.
+        shared_bytes: shared memory the launch requests (Triton's ``metadata.shared``).
         mma_layouts: distinct ``#ttg.nvidia_mma`` layouts of the TTGIR, each
-            ``{"version": 2|3, "warps": [wm, wn], "instr_shape": [...]}``; ``warps`` is how
-            the dot's output tile is split over warps (rows x columns).
-        operand_loads: the TTGIR's shared-memory -> register loads of matrix-product operands
-            (see :func:`operand_loads`).
+            ``{"version": 2|3, "warps": [wm, wn], "instr_shape": [...]}`` (``warps``: the dot's
+            output tile over warps, rows x columns).
+        operand_loads: :func:`operand_loads` of the TTGIR.
     """
 
     spec: KernelSpec
@@ -188,10 +161,9 @@ _FUNC = re.compile(r"^( *)tt\.func ", re.MULTILINE)
 def operand_loads(ttgir: str) -> list[dict[str, Any]]:
     """Shared-memory loads of matrix-product operands in a TTGIR module, in program order.
 
-    Each is ``{"operand": 0 (A) | 1 (B), "shape": [rows, cols], "in_loop": bool}``.
-    ``in_loop``: the op is nested in a region of the function (an ``scf.for`` body in these
-    kernels), read from MLIR's indentation (2 spaces per region level). An A-operand load
-    outside every loop is Q, hoisted by Triton to run once (P is produced inside the loop).
+    Each is ``{"operand": 0 (A) | 1 (B), "shape": [rows, cols], "in_loop": bool}``;
+    ``in_loop`` is read from MLIR's indentation (nested in a region, an ``scf.for`` body). An A
+    load outside every loop is a hoisted Q.
     """
     func = _FUNC.search(ttgir)
     body = (len(func.group(1)) if func else 2) + 2
@@ -250,11 +222,8 @@ def kernel_call(spec: KernelSpec) -> KernelCall:
 
 
 class _OfflineDriver:
-    """Enough of a Triton driver for ``JITFunction.run(warmup=True)``: it names the target.
-
-    The device id is the target's name, so each target gets its own in-memory kernel cache
-    (``DISABLE_MMA_V3`` is not part of that cache's key, only of the on-disk one).
-    """
+    """Enough of a Triton driver for ``JITFunction.run(warmup=True)``: it names the target. The
+    device id is the target's name, so each target has its own in-memory kernel cache."""
 
     def __init__(self, target: Target) -> None:
         self.target = target
@@ -274,14 +243,11 @@ class _OfflineDriver:
 def compile_spec(spec: KernelSpec, workdir: Path) -> KernelSass:
     """Compile ``spec`` in THIS process and count its SASS (the worker's job).
 
-    Sets ``DISABLE_MMA_V3`` in this process's environment and makes an offline driver Triton's
-    active driver; run it only in a process of its own (:func:`kernel_sass` does).
+    It sets ``DISABLE_MMA_V3`` and Triton's active driver: run it in a process of its own.
 
     Raises:
-        RuntimeError: see :func:`kernel_call` and
-            :func:`flashrepro_harness.analysis.disasm.cuobjdump`; the kernel is a Triton
-            interpreter object (``TRITON_INTERPRET=1`` was set when it was defined; use
-            :func:`kernel_sass`).
+        RuntimeError: as :func:`kernel_call` and :func:`~flashrepro_harness.analysis.disasm.
+            cuobjdump`; or the kernel is an interpreter object (``TRITON_INTERPRET=1``).
     """
     from triton.runtime.driver import driver
     from triton.runtime.jit import JITFunction
@@ -327,9 +293,7 @@ def _worker_env() -> dict[str, str]:
 def kernel_sass(specs: Sequence[KernelSpec], workers: int | None = None) -> list[KernelSass]:
     """Compile and count every spec, in clean worker processes; results in ``specs`` order.
 
-    Args:
-        specs: what to compile.
-        workers: parallel worker processes; default ``min(len(specs), os.cpu_count())``.
+    ``workers``: parallel processes; default ``min(len(specs), os.cpu_count())``.
 
     Raises:
         RuntimeError: a worker failed (its stderr is in the message).

@@ -28,9 +28,9 @@ from flashrepro_harness.analysis.torch_sass import (
 
 
 def published_counts(published: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """The article's static counts by kernel and class, from ``reproduce/article.toml``'s
-    ``[published]`` table (seed ``000_5de0d8ad12f287ab.txt``): its Triton kernel (``article``)
-    and torch's FA2 kernel, D=128, 64x64 tiles, 4 warps, causal fp16, mma.sync GPU."""
+    """The SASS article's static counts by kernel and class (``reproduce/article.toml``'s
+    ``[published]``): its Triton kernel (``article``) and torch's FA2 kernel, D=128, 64x64
+    tiles, 4 warps, causal fp16, mma.sync GPU."""
     return {"article": {"HMMA": published["triton_hmma"], "LDSM": published["triton_ldsm"]},
             "torch": {"HMMA": published["torch_hmma"], "LDSM": published["torch_ldsm"],
                       "LDSM.MT": published["torch_ldsm_mt"]}}
@@ -40,14 +40,9 @@ def compare_model(prediction: count_model.Prediction, classes: dict[str, int],
                   loop_classes: dict[str, int]) -> tuple[str, list[str]]:
     """Compare a model prediction with a kernel's counts, class by modelled class.
 
-    Args:
-        prediction: the model's counts, in all and inside the loop bodies.
-        classes, loop_classes: the kernel's counts, in all and inside the loop bodies.
-
     Returns:
-        (status, notes): ``match`` (every class's total equals the count), ``match-in-loops``
-        (some classes equal the count only inside the loop bodies; a note says how many sit
-        outside them) or ``mismatch`` (notes list the wrong classes).
+        (status, notes): ``match`` (every total equals the count), ``match-in-loops`` (some
+        only inside the loop bodies; a note gives the rest) or ``mismatch`` (notes list them).
     """
     notes, wrong = [], []
     for cls in count_model.MODELLED_CLASSES:
@@ -134,15 +129,8 @@ def _counts(result: KernelSass | TorchKernelSass) -> dict[str, Any]:
 
 def triton_row(result: KernelSass, golden_status: str, role: str,
                published: dict[str, dict[str, int]]) -> dict[str, Any]:
-    """The row of one Triton compile.
-
-    Args:
-        result: the compile.
-        golden_status: ``ok``, ``drift`` or ``new``.
-        role: which config this is (``article config``, ``production default``).
-        published: :func:`published_counts`; the ``article`` numbers apply to the article
-            variant at 64x64 tiles and 4 warps on an mma.sync target.
-    """
+    """The row of one Triton compile; ``golden_status``: ``ok``, ``drift`` or ``new``. The
+    published ``article`` numbers apply to the article variant at 64x64, 4 warps, mma.sync."""
     target = TARGETS[result.spec.target]
     counts = _counts(result)
     cfg = result.spec.config

@@ -1,19 +1,12 @@
-"""SASS counts per arch — flashrepro, the article, torch — vs golden (``flashrepro sass``,
-:mod:`flashrepro_harness.commands.sass`).
+"""SASS counts per arch — flashrepro, the article, torch — against the golden file
+(``flashrepro sass``).
 
-For every target arch it compiles the ``article`` and ``fwd`` variants at the article's launch
-config and ``fwd`` at the production default config, without a GPU
-(:mod:`flashrepro_harness.analysis.offline_compile`), counts torch's own FlashAttention-2 forward
-kernel where a CUDA build of torch is at hand (:mod:`flashrepro_harness.analysis.torch_sass`), and
-prints one table per arch: each kernel's counts by class, the analytic model's prediction
-(:mod:`flashrepro_harness.analysis.count_model`), the article's published numbers
-(``reproduce/article.toml``) and a status (:mod:`flashrepro_harness.analysis.rows`). Every Triton
-count (classes, opcodes, registers, shared memory) is compared with the golden file
-(:mod:`flashrepro_harness.analysis.golden`); the command exits 1 on any drift with a readable
-diff, ``--update`` rewrites the file.
-
-Library use: :func:`sass_report` returns the whole report as a JSON-ready dict, with the tables
-rendered under ``text`` and ``markdown`` (``python -m flashrepro_harness reproduce`` embeds it).
+Per target arch, without a GPU: the ``article`` and ``fwd`` kernels at the article's launch and
+the production default (:mod:`.offline_compile`), torch's FA2 kernel where a CUDA torch is at
+hand (:mod:`.torch_sass`); one table per arch with each kernel's counts by class, the model's
+prediction (:mod:`.count_model`), the SASS article's numbers and a status. Every Triton count is
+compared with the golden file (:mod:`.golden`): the command exits 1 on drift, with a diff;
+``--update`` rewrites it. :func:`sass_report` returns it all as a JSON-ready dict.
 """
 
 from __future__ import annotations
@@ -49,12 +42,10 @@ SCHEMA = "flashrepro.sass/1"
 
 def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str]]:
     """(variant, config, role) of one target's compiles: ``article`` and ``fwd`` at the article
-    config, ``fwd`` at the production default config (one row when the two configs agree),
-    where the default is a Gluon kernel also ``fwd_gluon`` or ``fwd_gluon_ws`` (and ``fwd`` at
-    its tiles, or at :data:`~flashrepro.configs.TRITON_FALLBACK`'s for a 192-row tile, which
-    only the ws kernel runs), on sm_90 ``fwd_gluon_ws`` always (at
-    :data:`~flashrepro.configs.FA3_WS` where it is not the default), and on mma.sync targets
-    ``fwd`` at :data:`~flashrepro.configs.P_IN_REGISTERS`."""
+    config; ``fwd`` at the production default; where that is a Gluon kernel also it (and
+    ``fwd`` at its tiles, or at :data:`~flashrepro.configs.TRITON_FALLBACK`'s for 192 rows); on
+    sm_90 ``fwd_gluon_ws`` always (else at :data:`~flashrepro.configs.FA3_WS`); on mma.sync
+    targets ``fwd`` at :data:`~flashrepro.configs.P_IN_REGISTERS`."""
     arch = TARGETS[target].arch
     default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                              TARGETS[target].config_arch)
@@ -128,16 +119,13 @@ def sass_report(archs: Sequence[str] | None = None, torch_lib: Path | None = Non
         ``{"schema": "flashrepro.sass/1", "triton", "torch", "torch_lib", "tools", "problem",
         "golden": {"path", "ok", "diff": [{"target", "kernel", "lines"}]},
         "targets": {name: {"wgmma": bool, "rows": [row, ...]}}, "text", "markdown"}``.
-        ``text``/``markdown``: the tables (compact plain text, every class in markdown;
-        :func:`format_tables` renders the full plain text). A row has ``name``, ``kind`` ("triton" |
-        "torch"), ``variant``, ``role``, ``config``, ``counts`` (``classes``,
-        ``loop_classes``, ``opcodes`` of the classes; None when skipped), ``registers``
-        (per thread), ``shared_bytes`` (per launch), ``mma_layouts``, ``cubin_arch``,
-        ``golden`` ("ok" | "drift" | "new"; None for torch), ``skipped`` (reason or None),
-        ``model`` and ``published`` (each ``{"counts", "status", "notes"}``; status "match" |
-        "match-in-loops" | "mismatch" | "n/a"; ``published`` None where the article has no
-        number).
-
+        ``text``/``markdown``: the tables (compact plain text; every class in markdown). A row
+        has ``name``, ``kind`` ("triton" | "torch"), ``variant``, ``role``, ``config``,
+        ``counts`` (``classes``, ``loop_classes``, ``opcodes``; None when skipped),
+        ``registers`` (per thread), ``shared_bytes`` (per launch), ``mma_layouts``,
+        ``cubin_arch``, ``golden`` ("ok" | "drift" | "new"; None for torch), ``skipped``
+        (reason or None), ``model`` and ``published`` (``{"counts", "status", "notes"}``, status
+        "match" | "match-in-loops" | "mismatch" | "n/a"; ``published`` None without a number).
     Raises:
         ValueError: an unknown arch name.
         FileNotFoundError: ``reproduce/article.toml`` or ``torch_lib`` is missing.
@@ -223,7 +211,7 @@ def _table_rows(rows: list[dict[str, Any]], classes: Sequence[str]) -> list[list
             out.append(["└ model", *cells(row["model"]["counts"]), "", "",
                         _status(row["model"])])
         if row["published"] is not None:
-            out.append(["└ article (seed 000)", *cells(row["published"]["counts"]), "", "",
+            out.append(["└ article (published)", *cells(row["published"]["counts"]), "", "",
                         _status(row["published"]) if counts else ""])
     return out
 

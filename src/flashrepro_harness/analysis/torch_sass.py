@@ -10,15 +10,13 @@ torch's SDPA flash backend is FlashAttention-2 compiled into ``libtorch_cuda.so`
                      Is_dropout, Is_causal, Is_local, Has_alibi, Is_even_MN, Is_even_K,
                      Is_softcap, Return_softmax>
 
-For head dim 128, causal, fp16, ``run_mha_fwd_hdim128`` (``flash_fwd_launch_template.h``) runs
-64 x 64 tiles with 4 warps on sm_86/sm_89 ("sm8x", the article's GPU class) and 128 x 64 with 4
-warps on sm_80 and sm_90. The article (seed ``000_5de0d8ad12f287ab.txt``) counts the 64 x 64
-instance: 80 LDSM.16.M88.4, 64 LDSM.16.MT88.4, 256 HMMA.16816.F32. Every instance is compiled
-for every arch the wheel supports, so both can be counted on any target.
+For D=128, causal, fp16, ``run_mha_fwd_hdim128`` (``flash_fwd_launch_template.h``) runs 64 x 64
+tiles with 4 warps on sm_86/sm_89 and 128 x 64 on sm_80 and sm_90; the SASS article counts the
+64 x 64 instance (80 LDSM, 64 LDSM.MT, 256 HMMA). Every instance is in every arch's cubin.
 
-The function is disassembled alone (``cuobjdump -sass -res-usage -arch sm_XY -fun SYMBOL``), so
-the ~0.5 GB library is never disassembled whole. A target without its own cubin uses the one
-the driver would load: the highest arch of the same major not above it (sm_89 -> sm_86).
+The function is disassembled alone (``cuobjdump -sass -res-usage -arch sm_XY -fun SYMBOL``). A
+target without its own cubin uses the one the driver would load: the highest arch of the same
+major not above it (sm_89 -> sm_86).
 """
 
 from __future__ import annotations
@@ -37,16 +35,8 @@ from flashrepro_harness.analysis.disasm import (
 
 @dataclass(frozen=True)
 class TorchFlashInstance:
-    """One instantiation of torch's FA2 forward kernel (fp16, no dropout/local/alibi/softcap).
-
-    Attributes:
-        head_dim: kHeadDim.
-        block_m: kBlockM, query rows per thread block.
-        block_n: kBlockN, key rows per main-loop step.
-        num_warps: kNWarps.
-        causal, even_mn, even_k: the Is_causal, Is_even_MN and Is_even_K template flags
-            (even: Lq, Lk multiples of the blocks and D equal to kHeadDim, as in the article).
-    """
+    """One instantiation of torch's FA2 forward kernel (fp16, no dropout/local/alibi/softcap):
+    kHeadDim, kBlockM, kBlockN, kNWarps and the Is_causal, Is_even_MN, Is_even_K flags."""
 
     head_dim: int = 128
     block_m: int = 64
@@ -69,11 +59,8 @@ class TorchFlashInstance:
                 f"{flags}EEvNS_16Flash_fwd_paramsE")
 
     def shared_bytes(self) -> int:
-        """Dynamic shared memory of a launch, bytes: Q tile + K and V tiles, fp16.
-
-        ``kSmemSize = kSmemQSize + kSmemKVSize`` with ``Share_Q_K_smem = false``
-        (``kernel_traits.h``): (kBlockM·D + 2·kBlockN·D)·2 bytes. Not stored in the cubin.
-        """
+        """Dynamic shared memory of a launch, bytes: (kBlockM·D + 2·kBlockN·D)·2
+        (``kernel_traits.h``, ``kSmemSize``); the cubin does not hold it."""
         return (self.block_m + 2 * self.block_n) * self.head_dim * 2
 
 
@@ -91,13 +78,7 @@ def dispatched_instance(arch: int) -> TorchFlashInstance:
 
 @dataclass(frozen=True)
 class TorchKernelSass:
-    """The counts of one instance for one target.
-
-    Attributes:
-        instance: what was counted.
-        cubin_arch: the cubin's arch (``sm_86`` for target sm_89).
-        counts, resources: as for Triton kernels (:mod:`flashrepro_harness.analysis.disasm`).
-    """
+    """The counts of one instance for one target; ``cubin_arch``: ``sm_86`` for target sm_89."""
 
     instance: TorchFlashInstance
     cubin_arch: str
@@ -125,10 +106,7 @@ def torch_flash_sass(library: Path, arch: int,
                      instance: TorchFlashInstance = ARTICLE_INSTANCE) -> TorchKernelSass:
     """Disassemble one instance of torch's FA2 forward kernel for a target arch and count it.
 
-    Args:
-        library: path to a CUDA build's ``libtorch_cuda.so``.
-        arch: target compute capability (80, 86, 89, 90).
-        instance: which template instance.
+    ``library``: a CUDA build's ``libtorch_cuda.so``; ``arch``: 80, 86, 89 or 90.
 
     Raises:
         FileNotFoundError: ``library`` does not exist.

@@ -1,13 +1,10 @@
 """The kernels a benchmark compares, by name: flashrepro's, torch SDPA's backends and the
 optional peers of :mod:`flashrepro_harness.bench.peers` (FA4's CuTe kernel, where it imports).
 
-Each entry builds a zero-argument callable over fixed inputs, so the timer sees only the call.
-Torch's backends are forced one at a time with ``torch.nn.attention.sdpa_kernel``: on an H200,
-torch 2.11's default SDPA picks cuDNN, not flash.
-
-flashrepro's rows are the product (:func:`flashrepro_harness.results.is_product`): one that
-raises has failed (:func:`probe`, :class:`KernelFailed`), never "skipped"; torch's backends and
-the peers are the comparison, skipped with the reason where they cannot run.
+Each entry is a zero-argument callable over fixed inputs. Torch's backends are forced one at a
+time with ``torch.nn.attention.sdpa_kernel`` (its default on an H200 is cuDNN). A flashrepro row
+that raises has failed (:class:`KernelFailed`), never "skipped"; torch's backends and the peers
+are skipped with the reason where they cannot run.
 """
 
 from __future__ import annotations
@@ -38,18 +35,15 @@ FLASHREPRO = {
     "article-kernel": "the frozen article kernel (kernels/article.py), 64x64, 4 warps",
 }
 P_IN_REGISTERS = "flashrepro-p-in-registers"
-"""Timed only in the mma.sync child of ``reproduce``: the production kernel at
-:data:`flashrepro.configs.P_IN_REGISTERS`, the launch that keeps P in registers there."""
+"""Timed only in ``reproduce``'s mma.sync child, at :data:`flashrepro.configs.P_IN_REGISTERS`."""
 LAUNCHES: dict[str, KernelConfig] = {
     "flashrepro-article-config": ARTICLE,
     "article-kernel": ARTICLE,
     P_IN_REGISTERS: configs.P_IN_REGISTERS,
 }
-"""The fixed launch config of each named flashrepro row (``flashrepro`` takes the per-arch
-default)."""
+"""The fixed launch of each flashrepro row but ``flashrepro`` (the per-arch default)."""
 PAIRABLE = (*FLASHREPRO, P_IN_REGISTERS)
-"""The rows that can be timed with a reference checkout's code too (``reproduce
---reference-src``; the gate's paired reference)."""
+"""Rows that can also be timed with a reference checkout's code (``reproduce --reference-src``)."""
 DESCRIPTIONS = {
     **FLASHREPRO,
     P_IN_REGISTERS: "the production kernel at 128x64, 8 warps: P stays in registers on mma.sync",
@@ -59,17 +53,12 @@ DESCRIPTIONS = {
     **{name: peer.description for name, peer in peers.PEERS.items()},
 }
 BEST_PEER_CANDIDATES = ("torch-cudnn", *peers.PEERS)
-"""The kernels flashrepro's time is held against as "the best peer" (issue 21): cuDNN and every
-optional peer, where they run."""
+"""The kernels that make up "the best peer" in tables: cuDNN and every optional peer that runs."""
 
 
 class KernelFailed(RuntimeError):
-    """A flashrepro row (or its reference twin) raised: the run fails, it is never a skip.
-
-    Attributes:
-        row: the record's name.
-        reason: the error, one line.
-    """
+    """A flashrepro row (or its reference twin) raised; ``row`` names it, ``reason`` is one
+    line. The run fails; it is never a skip."""
 
     def __init__(self, row: str, reason: str) -> None:
         super().__init__(f"{row} failed: {reason}")
@@ -85,19 +74,12 @@ def first_line(exc: BaseException) -> str:
 def make_call(name: str, inputs: Inputs, causal: bool,
               config: KernelConfig | None = None,
               reference: Reference | None = None) -> Callable[[], torch.Tensor]:
-    """A callable running kernel ``name`` on ``inputs`` (q, k, v), each (B, H, L, D).
+    """A callable running kernel ``name`` on ``inputs`` (q, k, v CUDA tensors, each
+    (B, H, L, D)); a peer's inputs are converted to its layout here, once (:func:`output`).
 
-    A peer (:data:`flashrepro_harness.bench.peers.PEERS`) gets its inputs converted to its native
-    layout here, once; its call returns what the library returns (see :func:`output`).
-
-    Args:
-        name: a key of :data:`DESCRIPTIONS`.
-        inputs: q, k, v CUDA tensors.
-        causal: top-left causal mask (SDPA's ``is_causal``).
-        config: overrides the launch config of ``flashrepro`` (sweeps, tuning).
-        reference: run a flashrepro row (:data:`PAIRABLE`) with the reference checkout's
-            code (:mod:`flashrepro_harness.bench.reference`) instead of this one's; the call is the
-            same, and so are its inputs and its output buffer's layout.
+    ``name``: a key of :data:`DESCRIPTIONS`; ``causal``: SDPA's ``is_causal``; ``config``:
+    overrides ``flashrepro``'s launch; ``reference``: run a :data:`PAIRABLE` row with a
+    reference checkout's code (same call, inputs and output layout).
 
     Raises:
         KeyError: unknown ``name``, or a ``reference`` for a row not in :data:`PAIRABLE`.
@@ -142,10 +124,9 @@ def probe(name: str, inputs: Inputs, causal: bool, reference: Reference | None =
           ) -> tuple[str, str] | None:
     """Run kernel ``name`` once on these inputs: None when it runs, else ``(state, reason)``.
 
-    A flashrepro row (and, with ``reference``, its twin) that raises anything is ``"failed"``.
-    A peer is ``"skipped"`` when its module does not import or its call raises anything (FA4
-    asserts on architectures and shapes it does not support); a torch backend when its call
-    raises a RuntimeError (any other error is a bug, and propagates).
+    A flashrepro row (or its twin) that raises is ``"failed"``; a peer that does not import or
+    raises anything (FA4 asserts on what it does not support) is ``"skipped"``, as is a torch
+    backend raising a RuntimeError (other errors propagate).
     """
     if name in peers.PEERS and (reason := peers.import_error(name)):
         return "skipped", reason
@@ -178,10 +159,9 @@ def available(name: str, inputs: Inputs, causal: bool) -> str | None:
 
 def output_errors(causal: bool, calls: dict[str, Callable[[], object]], inputs: Inputs
                   ) -> dict[str, float]:
-    """Max |o - ref| of each call (name -> callable of :func:`make_call`; a ``reference:``
-    twin's name is its row's with the prefix) against float32 attention (SDPA's math on
-    float32 copies) on the same inputs, over every element: a NaN anywhere makes it NaN. A
-    peer's output is viewed back as (B, H, L, D) (:func:`output`).
+    """Max |o - ref| over every element of each call (name -> :func:`make_call`'s callable,
+    ``reference:`` twins included) against SDPA's math on float32 copies of the inputs; any NaN
+    makes it NaN.
 
     Raises:
         KernelFailed: a call raised, or returned another shape than (B, H, L, D).

@@ -1,51 +1,33 @@
-"""The memory ladder of seed ``004_bbfcec059c1c5419.txt``: v1 → v2 → v2 with K pre-transposed.
+"""The memory article's ladder (docs/article.md): v1 → v2 → v2 with K pre-transposed.
 
-Three small forward-attention kernels, kept side by side so that Nsight Compute can show what
-each step of the ladder changes (``python -m flashrepro_harness profile``):
+Small forward-attention kernels, side by side so Nsight Compute shows what each step changes
+(``flashrepro profile``):
 
-``v1`` — FlashAttention-1 loop order (Dao et al., "FlashAttention", 2022, Algorithm 1).
-    One program per (batch, head); the outer loop walks the key/value blocks, the inner loop
-    walks the query blocks. Every inner step reads the query block and the running output
-    O_i and softmax statistics m_i, l_i from HBM, updates them, divides by the new row sum
-    and writes them back: HBM is used as the accumulator's register file. The running O_i,
-    m_i and l_i live in fp32 scratch buffers (so v1 passes the same parity rule as the other
-    rungs); the last key/value block a query block sees writes the final output instead.
-    HBM reads therefore grow as (number of key/value blocks) x (|Q| + |O_fp32| + |m| + |l|).
-    (The FA1 paper parallelises over batch and heads too; a program per key/value block would
-    race on O_i.)
+``v1`` — FlashAttention-1 loop order (Dao et al. 2022, Algorithm 1). One program per (batch,
+    head); the outer loop walks key/value blocks, the inner one query blocks, reading Q_i and
+    the running O_i, m_i, l_i (fp32 scratch) from HBM and writing them back every step, O_i
+    normalised each time; the last key block a query block sees writes the output. HBM reads
+    grow as (key/value blocks) x (|Q| + |O_fp32| + |m| + |l|).
 
-``v2`` — FlashAttention-2 loop order (Dao, "FlashAttention-2", 2023, Algorithm 1).
-    One program per (query block, batch x head); the query block is loaded once, the program
-    streams the keys/values and keeps its accumulator, running max and running sum in
-    registers, and normalises once after the loop (delayed normalization). The scores'
-    right-hand operand Kᵀ is loaded as a (HEAD_DIM, BLOCK_N) tile through a pointer grid,
-    ``K + d·stride_kd + n·stride_kn``. Two rungs launch this one kernel:
+``v2`` — FlashAttention-2 loop order (Dao 2023, Algorithm 1). One program per (query block,
+    batch x head); Q loaded once, K/V streamed, accumulator and statistics in registers,
+    normalised once after the loop. Kᵀ is loaded as a (HEAD_DIM, BLOCK_N) tile through
+    ``K + d·stride_kd + n·stride_kn``:
 
-    * ``v2_kcol``: K in its natural (B, H, Lk, D) layout, so the tile is read column-wise
-      (consecutive d are adjacent, consecutive n are ``stride_kn = D`` apart) — the case in
-      which the source measured 63.64% of shared-memory wavefronts as bank conflicts;
-    * ``v2_kt``: K pre-transposed on the host, ``k.transpose(-1, -2).contiguous()``
-      (B, H, D, Lk), so the same tile is read row-wise (``stride_kn = 1``) — the source's
-      fix 1. Triton specialises integer arguments equal to 1, so the two launches compile to
-      different machine code from the same source; the host transpose is not part of the
-      kernel (and not of its profile).
+    * ``v2_kcol``: K as (B, H, Lk, D), read column-wise (``stride_kn = D``): the article's
+      63.64% bank conflicts;
+    * ``v2_kt``: K pre-transposed on the host (B, H, D, Lk), read row-wise (``stride_kn = 1``,
+      which Triton specialises): the article's fix 1; the transpose is outside the kernel.
 
-    ``v2_kcol_fma`` and ``v2_kt_fma`` are the same two launches with both matrix products on
-    the CUDA cores (``FMA_DOT``: operands upcast to fp32, ``input_precision="ieee"``). That is
-    the code Triton emits for ``tl.dot`` on the source's GPU generation (sm_75 has no tensor-core
-    path in Triton 3.x): unswizzled shared-memory tiles read with plain LDS, where the
-    column-wise K read conflicts. On sm_80+ the tensor-core ``tl.dot`` reads swizzled tiles with
-    ldmatrix or wgmma instead (lab/2026-11-29-memory-ladder/). They suit
-    the source's small tiles (D = 32, 32x32 blocks); at D >= 64 the fp32 operands spill.
+    ``v2_kcol_fma`` / ``v2_kt_fma``: both products on CUDA cores (``FMA_DOT``, fp32 operands),
+    the code Triton emits for the article's sm_75 GPU: plain LDS from unswizzled tiles, where
+    the column-wise read conflicts; sm_80+ ``tl.dot`` reads swizzled tiles instead
+    (lab/2026-11-29-memory-ladder/). At D >= 64 the fp32 operands spill.
 
-All three mask every block (causal and ragged lengths) instead of splitting off an unmasked stage:
-they are rungs for measuring memory traffic, not tuned kernels. The article's kernel
-(:mod:`flashrepro.kernels.article`) and the production kernel (:mod:`flashrepro.kernels.fwd`) are
-the ladder's other rungs; :func:`flashrepro_harness.bench.ladder_rungs.launch` runs any of the five
-by name.
-
-Scope: fp16/bf16, power-of-two head dims 16..256, equal query and key/value heads, top-left
-causal alignment (SDPA's ``is_causal``), any Lq >= 0 and Lk >= 1.
+Every block is masked (causal, ragged lengths): rungs for measuring traffic, not tuned kernels.
+The article's and the production kernel are the other rungs
+(:func:`flashrepro_harness.bench.ladder_rungs.launch`). Scope: fp16/bf16, power-of-two D in
+16..256, equal query and key/value heads, top-left causal alignment, Lq >= 0, Lk >= 1.
 """
 
 from __future__ import annotations
@@ -205,7 +187,7 @@ def ladder_v2_kernel(Q, K, V, O,
         offs_n = start_n + offs_n0
         # -- scores: Q·Kᵀ, masked (base-2 units) --
         kt = tl.load(kt_ptrs + start_n * stride_kn, mask=offs_n[None, :] < seqlen_k, other=0.0)
-        if FMA_DOT:  # CUDA-core dot, as Triton compiles tl.dot for sm_75 (the source's GPU)
+        if FMA_DOT:  # CUDA-core dot, as Triton compiles tl.dot for sm_75 (the article's GPU)
             s = tl.dot(q.to(tl.float32), kt.to(tl.float32), input_precision="ieee")
         else:
             s = tl.dot(q, kt)
@@ -249,7 +231,7 @@ def launch_v2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor
     (``k_transposed``), Q·Kᵀ on tensor cores or CUDA cores (``fma_dot``)."""
     b, h, lq, d = q.shape
     if k_transposed:
-        kt = k.transpose(-1, -2).contiguous()  # (B, H, D, Lk): the source's fix 1
+        kt = k.transpose(-1, -2).contiguous()  # (B, H, D, Lk): the memory article's fix 1
         k_strides = (kt.stride(0), kt.stride(1), kt.stride(3), kt.stride(2))
         k_arg = kt
     else:

@@ -22,21 +22,18 @@ def launch(variant: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
 
     Args:
         variant: one of :data:`flashrepro_harness.bench.ladder_kernels.VARIANTS`: ``'v1'``,
-        ``'v2_kcol'``,
-            ``'v2_kt'``, ``'v2_kcol_fma'``, ``'v2_kt_fma'``, ``'article'``
+            ``'v2_kcol'``, ``'v2_kt'``, ``'v2_kcol_fma'``, ``'v2_kt_fma'``, ``'article'``
             (:func:`flashrepro.article_attention`) or ``'fwd'`` (:func:`flashrepro.attention`).
         q: (B, H, Lq, D) fp16 or bf16, D a power of two in 16..256; CUDA (or the CPU under
             ``TRITON_INTERPRET=1``).
         k, v: (B, H, Lk, D), q's dtype and device, Lk >= 1.
         causal: top-left causal mask, as SDPA's ``is_causal``.
         scale: softmax scale, default 1/sqrt(D).
-        config: tiles, warps and pipelining stages; default
-            :func:`flashrepro.configs.default_config` for D. ``'article'`` needs BLOCK_M to be
+        config: default :func:`flashrepro.configs.default_config`; ``'article'`` needs BLOCK_M
             a multiple of BLOCK_N.
-        out: optional (B, H, Lq, D) output tensor of q's dtype.
+        out: optional (B, H, Lq, D) output of q's dtype.
 
-    Returns:
-        o, (B, H, Lq, D) in q's dtype.
+    Returns o, (B, H, Lq, D) in q's dtype.
 
     Raises:
         TypeError, ValueError: bad inputs (see :func:`flashrepro.validation.validate`); an unknown

@@ -1,14 +1,9 @@
-"""Optional peer kernels: the state of the art a user could pick instead, declared in one place.
+"""Optional peer kernels, declared in one place (tritonbench's pattern): each :class:`Peer` runs
+wherever its module imports, and is skipped with the import's one-line reason elsewhere. None is
+a dependency (the ``fa4`` extra installs FA4); a missing peer never fails a run or the gate.
 
-Each :class:`Peer` names the module it needs; it is enabled wherever that module imports
-(tritonbench's pattern for optional operators), and everywhere else its row is skipped with the
-import's one-line reason. Nothing here is a dependency: the ``fa4`` extra (pyproject.toml) and
-the GPU lock install FA4; a missing peer never fails a run or the gate (whose reference stays
-``torch-flash``).
-
-A peer gets its own native, contiguous layout, built from flashrepro's (B, H, L, D) inputs once,
-before any timing, so the timed call is the library call alone; its output is viewed back as
-(B, H, L, D) for the error check (a view: no copy, and outside the timed region).
+A peer's inputs are built in its native contiguous layout once, before timing; its output is
+viewed back as (B, H, L, D) for the error check.
 """
 
 from __future__ import annotations
@@ -29,13 +24,10 @@ class Peer:
     """One optional peer kernel.
 
     Attributes:
-        name: its row's name in every table (``fa4-cute``).
-        description: one line for the tables.
-        module: the module that must import for the peer to run (``flash_attn.cute``).
-        function: the attribute of ``module`` that runs the forward.
-        layout: its native input layout, stated in the tables' method lines.
-        build: ``(function, inputs, causal) -> call``: converts the (B, H, L, D) ``inputs`` to
-            the native layout (once) and returns a zero-argument call over them.
+        module, function: what must import to run it (``flash_attn.cute.flash_attn_func``).
+        layout: its native input layout, stated in the tables.
+        build: ``(function, inputs, causal) -> call``: the (B, H, L, D) inputs converted once,
+            and a zero-argument call over them.
         to_bhld: the call's result -> the output as a (B, H, L, D) view.
     """
 
@@ -49,9 +41,7 @@ class Peer:
 
 
 def _fa4_build(fn: Callable[..., Any], inputs: Inputs, causal: bool) -> Callable[[], Any]:
-    # flash_attn.cute.flash_attn_func(q, k, v, softmax_scale=None, causal=False, ...) takes
-    # (B, L, H, D) and returns (out, lse) (4.0.0b36, flash_attn/cute/interface.py: the result of
-    # FlashAttnFunc.apply; lse None unless return_lse); softmax_scale None is 1/sqrt(D), SDPA's.
+    # flash_attn/cute/interface.py (4.0.0b36): (B, L, H, D) in, (out, lse) out; scale 1/sqrt(D)
     q, k, v = (t.transpose(1, 2).contiguous() for t in inputs)
     return lambda: fn(q, k, v, causal=causal)
 
@@ -73,8 +63,7 @@ PEERS: dict[str, Peer] = {
         to_bhld=_fa4_output,
     ),
 }
-"""Every optional peer, by row name. Add one here and it appears in ``reproduce``, ``bench``
-and ``tune`` wherever its module imports."""
+"""Every optional peer by row name; ``reproduce``, ``bench`` and ``tune`` time each that imports."""
 
 
 def import_error(name: str) -> str | None:

@@ -1,23 +1,21 @@
 """The ladder's memory traffic and the executed-count check (``flashrepro profile``,
 :mod:`flashrepro_harness.commands.profile`).
 
-Two jobs, both under Nsight Compute (:mod:`flashrepro_harness.analysis.ncu`), one ncu process each:
+Two jobs under Nsight Compute (:mod:`flashrepro_harness.analysis.ncu`), one ncu process each:
 
-* **The memory ladder** (issue 8, seed ``004_bbfcec059c1c5419.txt``): every rung of
-  :mod:`flashrepro_harness.bench.ladder_kernels` on the source's workload and on the article config,
-  one measured launch each: kernel time, DRAM bytes read and written, shared-memory bank conflicts
-  and wavefronts (conflict rate = conflicts / wavefronts, as the seed's 63.64% = 1,174,579,308 /
-  1,845,667,948), executed HMMA, HGMMA and LDSM instructions, registers per thread and achieved
-  occupancy, in one table beside the seed's published figures.
-* **Executed counts** (issue 3, seed ``000_5de0d8ad12f287ab.txt``): the article kernel at the
-  article config, on the mma.sync path (``DISABLE_MMA_V3=1``) and the default sm_90 wgmma
-  path; executed HMMA, HGMMA and LDSM against :func:`expected_executed`. Any difference makes
-  the command exit 1.
+* **The memory ladder** (the memory article, docs/article.md): every rung of
+  :mod:`flashrepro_harness.bench.ladder_kernels` on the article's source workload and on the
+  article config, one measured launch each: time, DRAM bytes read and written, shared-memory
+  bank conflicts / wavefronts (the conflict rate, as the article's 63.64%), executed HMMA, HGMMA
+  and LDSM, registers per thread and achieved occupancy, beside the published figures.
+* **Executed counts** (the SASS article): the article kernel at the article config, on the
+  mma.sync (``DISABLE_MMA_V3=1``) and sm_90 wgmma paths, against :func:`expected_executed`; any
+  difference exits 1.
 
 Writes under ``--out`` (default ``reproduce/results/<gpu-key>/``), per job (``ladder``,
-``executed``): ``<job>.md`` (the tables), ``<job>.json`` (every value, the environment, the
-ncu command lines, the metric names used and dropped) and the raw ncu CSV of every run
-(``<job>_<workload or path>.csv``). Without ncu or a GPU it prints one line and exits 0 (1 with
+``executed``): ``<job>.md`` (tables), ``<job>.json`` (every value, the environment, the ncu
+command lines, the metric names used and dropped) and each run's raw ncu CSV
+(``<job>_<workload or path>.csv``). Without ncu or a GPU: one line, exit 0 (1 with
 ``--require-gpu``).
 """
 
@@ -72,15 +70,15 @@ WORKLOADS: dict[str, Workload] = {
         "source", batch=10, heads=64, seqlen=2048, head_dim=32, dtype="float16", causal=False,
         config=KernelConfig(block_m=32, block_n=32, num_warps=4, num_stages=3),
         variants=VARIANTS,
-        source="seed 004's source code (github.com/AmineDiro/nano-llama-flash, "
+        source="the memory article's source code (github.com/AmineDiro/nano-llama-flash, "
                "kernels/triton_flash_att_fp16.py): B=10, N_h=64, S=2048, D_h=32, fp16, "
-               "Br=Bc=32, 4 warps; O is 83.9 MB and there are 64 key/value blocks, the seed's "
-               "'O ~ 83 MB, 64 blocks'"),
+               "Br=Bc=32, 4 warps; O is 83.9 MB and there are 64 key/value blocks, the "
+               "article's 'O ~ 83 MB, 64 blocks'"),
     "article": Workload(
         "article", batch=2, heads=16, seqlen=1024, head_dim=128, dtype="float16", causal=True,
         config=ARTICLE, variants=("v1", "v2_kcol", "v2_kt", "article", "fwd"),
-        source="the article config of seed 000 (B=2, H=16, L=1024, D=128, fp16, causal, "
-               "64x64 tiles, 4 warps)"),
+        source="the article config of the SASS article (B=2, H=16, L=1024, D=128, fp16, "
+               "causal, 64x64 tiles, 4 warps)"),
 }
 
 METRICS: dict[str, tuple[str, ...]] = {
@@ -99,23 +97,17 @@ METRICS: dict[str, tuple[str, ...]] = {
     "registers": ("launch__registers_per_thread",),
     "occupancy_pct": ("sm__warps_active.avg.pct_of_peak_sustained_active",),
 }
-"""Quantity -> Nsight Compute metric names to try, best first (the first one ncu knows wins).
-
-The ``smsp__``/``sm__`` pairs are the same counters summed over sub-partitions or SMs. Counts
-are warp-level: an HGMMA counts once per warp (all four warps of a warp group issue it), and
-on sm_90 the HMMA-pipe counter also counts HGMMA (:data:`COUNTED`)."""
+"""Quantity -> Nsight Compute metric names, best first (``smsp__``/``sm__``: the same counter).
+Counts are warp-level: an HGMMA counts once per warp of its warpgroup."""
 
 EXECUTED_METRICS = ("hmma", "hgmma", "ldsm")
 PATHS: dict[str, dict[str, str]] = {"mma.sync": {"DISABLE_MMA_V3": "1"}, "wgmma": {}}
 """Executed-count paths: name -> extra environment of the profiled process."""
 
-# Static SASS instructions per warp of the article kernel at the article config, Triton 3.6,
-# by class: (per key-block iteration, outside the loops). HMMA: seed 000's model,
-# 2·BM·BN·D/(16·8·16·warps) = 128 (Q·Kᵀ and P·V, 64 each). LDSM on mma.sync: the 112
-# LDSM.16.M88.4 + 16 LDSM.16.MT88.4 of docs/article.md's static SASS all sit in the two
-# loop bodies, 64 per body. HGMMA: D/16 = 8 HGMMA.64x64x16 (Q·Kᵀ) + BN/16 = 4 HGMMA.64x128x16
-# (P·V, P from registers) per body; the wgmma build's 8 LDSM are in the epilogue, once per warp.
-# TODO: take these from flashrepro_harness.analysis.sass / .model once merged.
+# Static SASS per warp of the article kernel at the article config, Triton 3.6, by class:
+# (per key-block iteration, outside the loops). HMMA: the SASS article's model, 128 per body;
+# LDSM on mma.sync: its 112 + 16 static LDSM, all in the two loop bodies; HGMMA: 8 (Q·Kᵀ) + 4
+# (P·V) per body; the wgmma build's 8 LDSM are in the epilogue (docs/article.md).
 _STATIC_PER_WARP: dict[str, dict[str, tuple[int, int]]] = {
     "mma.sync": {"HMMA": (128, 0), "HGMMA": (0, 0), "LDSM": (64, 0)},
     "wgmma": {"HMMA": (0, 0), "HGMMA": (12, 0), "LDSM": (0, 8)},
@@ -123,11 +115,10 @@ _STATIC_PER_WARP: dict[str, dict[str, tuple[int, int]]] = {
 
 COUNTED: dict[str, tuple[str, ...]] = {"hmma": ("HMMA", "HGMMA"), "hgmma": ("HGMMA",),
                                        "ldsm": ("LDSM",)}
-"""Executed-count quantity -> the SASS classes its counter counts. On sm_90 the tensor-op
-HMMA pipe also executes HGMMA: on the H200 (ncu 2025.3.1) the wgmma build of the article kernel
-gave ``smsp__inst_executed_pipe_tensor_op_hmma.sum`` = ``..._gmma.sum`` = 208,896."""
+"""Executed-count quantity -> the SASS classes its counter counts: on sm_90 the HMMA pipe's
+counter also counts HGMMA (``reproduce/results/nvidia-h200/executed.md``)."""
 
-SEED_004 = {  # published figures of seed 004_bbfcec059c1c5419.txt (docs/article.md)
+SEED_004 = {  # published figures of the memory article (docs/article.md)
     "v1": "11.58 GB read, 5.54 GB written",
     "v2_kcol": "412.18 MB read (-92.98% vs v1), ~80 MB written; 63.64% of shared wavefronts "
                "are conflicts (6.3-way); +6% speed vs v1",
@@ -140,17 +131,12 @@ SEED_004 = {  # published figures of seed 004_bbfcec059c1c5419.txt (docs/article
 def expected_executed(workload: Workload = WORKLOADS["article"]) -> dict[str, dict[str, int]]:
     """Expected executed instruction counts of the article kernel, per path and quantity.
 
-    Model (seed ``000_5de0d8ad12f287ab.txt``): executed = static count x warps x iterations.
-    With n = Lq / BLOCK_M query blocks, query block m runs m off-band iterations and one on-band
-    iteration (causal, BLOCK_M = BLOCK_N). At the article config that is 2048 = 2·16·16·4 warps
-    running the on-band body once and 15360 = 2048 x 7.5 off-band warp-iterations, 17,408 =
-    2048 x 8.5 in all (the seed's "8704 on average" is per static instruction over the two loop
-    bodies, (2048 + 15360) / 2). A SASS class's count is ``per_iteration x 17,408 +
-    outside_loops x 2048`` from ``_STATIC_PER_WARP``, and a quantity sums the classes its
-    counter counts (:data:`COUNTED`); e.g. HMMA on mma.sync = 2048 x 8.5 x 128 = 2,228,224.
-
-    Args:
-        workload: the article workload (the static counts hold for that config only).
+    Model (the SASS article): executed = static count x warps x iterations. Query block m of
+    n = Lq / BLOCK_M runs m off-band iterations and one on-band (causal, BLOCK_M = BLOCK_N): at
+    the article config 2048 warps x 8.5 = 17,408 warp-iterations (the article's "8704 on
+    average" is per static instruction over the two bodies). A class counts
+    ``per_iteration x 17,408 + outside_loops x 2048``; a quantity sums its :data:`COUNTED`
+    classes (HMMA on mma.sync: 2,228,224).
 
     Returns:
         path (``'mma.sync'``, ``'wgmma'``) -> quantity (``'hmma'``, ``'hgmma'``, ``'ldsm'``)
@@ -245,11 +231,11 @@ def ladder_rows(name: str, record: dict[str, Any]) -> list[list[str]]:
 
 LADDER_HEADERS = ["workload", "variant", "time µs", "DRAM read MB", "DRAM write MB",
                   "read vs v1 %", "ld conflicts %", "st conflicts %", "HMMA pipe", "HGMMA", "LDSM",
-                  "regs", "occupancy %", "seed 004 (published)"]
+                  "regs", "occupancy %", "memory article (published)"]
 
 
 def headline_rows(ladder: dict[str, dict[str, Any]]) -> list[list[str]]:
-    """The seed's three claims beside ours, one row each (issue 8's acceptance)."""
+    """The memory article's claims beside ours, one row each."""
     def metric(workload: str, variant: str, q: str) -> float | None:
         for r in ladder.get(workload, {}).get("records", []):
             if r["variant"] == variant:
@@ -339,11 +325,11 @@ def run_ladder(args: argparse.Namespace, environment: dict[str, Any], out: Path,
         record["workload"] = asdict(w)
         report["runs"][name] = record
     rows = [r for name, rec in report["runs"].items() for r in ladder_rows(name, rec)]
-    md = ["# Memory ladder (seed 004), Nsight Compute", "",
+    md = ["# Memory ladder (the memory article), Nsight Compute", "",
           *[f"- {name}: {WORKLOADS[name].source}." for name in names], "",
           tabulate(rows, LADDER_HEADERS, tablefmt="github", disable_numparse=True), "",
           tabulate(headline_rows(report["runs"]),
-                   ["claim", "seed 004", "ours: source workload", "ours: article config"],
+                   ["claim", "memory article", "ours: source workload", "ours: article config"],
                    tablefmt="github", disable_numparse=True), ""]
     _write(out, "ladder", report, md)
     return 1 if report["errors"] else 0
@@ -365,7 +351,7 @@ def run_executed(args: argparse.Namespace, environment: dict[str, Any], out: Pat
             report["errors"].append(f"{path}: {exc}")
     rows = executed_rows(report["runs"], expected)
     report["passed"] = not report["errors"] and all(r[-1] == "ok" for r in rows)
-    md = ["# Executed counts of the article kernel at the article config (seed 000)", "",
+    md = ["# Executed counts of the article kernel at the article config (the SASS article)", "",
           "Expected = static count per warp x 2048 warps x 8.5 average iterations, plus the "
           "static count outside the loops x 2048 warps (`expected_executed`).", "",
           tabulate(rows, ["path", "quantity", "metric", "expected", "measured", "status"],

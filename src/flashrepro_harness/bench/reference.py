@@ -1,19 +1,14 @@
 """Another checkout's flashrepro, imported into this process beside the running one.
 
-The gate's paired reference (docs/gate.md): ``reproduce --reference-src DIR`` times the
-flashrepro rows of the commit under test and of a reference commit (a pull request's base, a
-push's parent) in the same interleaved rounds, on the same input tensors, so the gate compares
-two kernels that share everything but their code: the process, its clocks, its memory layout,
-the moment. A committed baseline shares none of that, and its offset was half the 2 %
-threshold on the H200 (lab/2026-12-01-gate-power/).
+The gate's paired reference (docs/gate.md): ``reproduce --reference-src DIR`` times the rows of
+the commit under test and of a reference commit in the same rounds, on the same tensors, so the
+two share everything but their code (a stored baseline's offset: lab/2026-12-01-gate-power/).
 
-How: the reference's ``flashrepro`` package is imported from ``DIR`` under the same module
-names, with the running package's modules stepped out of ``sys.modules`` meanwhile, and put
-back afterwards. Each module's functions keep the globals of the file they were defined in, so
-the reference's ``attention`` runs the reference's validation, launch plans, configs, tuned
-table and kernels. What the two share: ``flashrepro.ops`` (``torch.library`` defines the
-``flashrepro`` namespace once per process; only traced calls use it, never an eager timing)
-and Triton's compile cache (keyed by kernel source, so identical kernels compile once).
+The reference's ``flashrepro`` is imported from ``DIR`` under the same module names, with the
+running package's modules stepped out of ``sys.modules`` meanwhile; its functions keep their own
+globals, so its ``attention`` runs its own validation, plans, configs, table and kernels. Shared:
+``flashrepro.ops`` (``torch.library`` defines the namespace once per process; eager timings
+never use it) and Triton's compile cache (keyed by source).
 """
 
 from __future__ import annotations
@@ -45,13 +40,8 @@ def _ours(name: str) -> bool:
 class Reference:
     """A flashrepro package imported from another checkout.
 
-    Attributes:
-        src: the checkout's ``src`` folder, resolved.
-        commit: its git commit (``git rev-parse HEAD`` there, else
-            $FLASHREPRO_REFERENCE_COMMIT), or None.
-        package: the reference's ``flashrepro`` module (``attention``, ``article_attention``,
-            ``KernelConfig`` as at that commit).
-        modules: every reference module imported, by name.
+    ``src``: the checkout's resolved ``src`` folder; ``commit``: :func:`_commit`; ``package``:
+    its ``flashrepro`` module; ``modules``: every reference module imported, by name.
     """
 
     src: Path
@@ -69,9 +59,8 @@ class Reference:
 
     def config(self, config: Any) -> Any:
         """``config`` (this package's :class:`~flashrepro.configs.KernelConfig`) as the
-        reference's own class, which its ``attention`` requires (it checks the type). A field
-        the reference's class lacks (one added since) is left out where it holds its default,
-        so the rows of configs that do not use it stay paired.
+        reference's own class, which its ``attention`` requires. A field the reference lacks is
+        left out where it holds its default.
 
         Raises:
             ValueError: the reference's KernelConfig has other fields, or lacks one that
@@ -124,10 +113,8 @@ def _git(src: Path, *args: str) -> str:
 
 
 def _commit(src: Path) -> str | None:
-    """The reference's commit: ``git rev-parse`` in ``src`` where git tracks its
-    ``flashrepro/__init__.py`` (an untracked copy inside some other work tree is not at that
-    tree's HEAD), else $FLASHREPRO_REFERENCE_COMMIT (a copy outside git, as
-    $FLASHREPRO_GIT_COMMIT names the running one's), else None."""
+    """``git rev-parse`` in ``src`` where git tracks its ``flashrepro/__init__.py`` (an
+    untracked copy is not at the tree's HEAD), else $FLASHREPRO_REFERENCE_COMMIT, else None."""
     import os
 
     tracked = _git(src, "ls-files", "--", f"{PACKAGE}/__init__.py")
@@ -138,19 +125,13 @@ def _commit(src: Path) -> str | None:
 def load(src: Path | str) -> Reference:
     """Import the flashrepro package under ``src`` as the reference (module docstring).
 
-    Args:
-        src: the ``src`` folder of another flashrepro checkout (it holds
-            ``flashrepro/__init__.py``).
-
-    Returns:
-        A :class:`Reference`; the running package is unchanged (``sys.modules`` and
-        ``sys.path`` as before).
+    ``src``: another checkout's ``src`` folder (holding ``flashrepro/__init__.py``). The
+    running package is left unchanged (``sys.modules`` and ``sys.path`` as before).
 
     Raises:
-        ValueError: ``src`` holds no flashrepro package, or is the running package's own
-            folder; ImportError: the reference does not import, whatever it raised (a
-            SyntaxError, a module raising halfway: its type and message are kept), or a
-            reference module resolved outside ``src``.
+        ValueError: ``src`` holds no flashrepro package, or is the running package's folder.
+        ImportError: the reference does not import (whatever it raised, type and message
+            kept), or one of its modules resolved outside ``src``.
     """
     src = Path(src).resolve()
     if not (src / PACKAGE / "__init__.py").is_file():

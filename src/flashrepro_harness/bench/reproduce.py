@@ -1,22 +1,19 @@
 """The article run, the measurement behind ``python -m flashrepro_harness reproduce``
 (:mod:`flashrepro_harness.commands.reproduce`, which judges it with the gate and writes it).
 
-On a CUDA GPU: checks every kernel's output against a float32 reference (every element, the
-tolerance of :data:`flashrepro_harness.results.OUTPUT_TOLERANCE` recorded per row), times
-flashrepro, torch SDPA's flash, cuDNN and efficient backends and the optional peers
-(:mod:`flashrepro_harness.bench.peers`: FA4's CuTe kernel where it imports, a skipped row
-elsewhere) at the article config in interleaved rounds (:mod:`flashrepro_harness.bench.timing`),
-records each one's host µs and eager back-to-back µs per call, then the same kernels on the article
-problem without the causal mask (records suffixed `` (non-causal)``, issue 7's second target),
-optionally repeats the flashrepro rows on the mma.sync path (``DISABLE_MMA_V3=1``, in a child
-process: Triton reads it at compile time). Everywhere: the SASS table. Without a GPU the timing
-part is one line, never a traceback.
+On a CUDA GPU: checks every kernel's output against float32 attention (every element, the
+tolerance of :data:`flashrepro_harness.results.OUTPUT_TOLERANCE` recorded per row); times
+flashrepro, torch SDPA's flash, cuDNN and efficient backends and the optional peers at the
+article config in interleaved rounds (:mod:`flashrepro_harness.bench.timing`), with host and
+eager µs per call; then the same without the causal mask (records suffixed
+`` (non-causal)``); on Hopper, the flashrepro rows again on the mma.sync path
+(``DISABLE_MMA_V3=1``, in a child process: Triton reads it at compile time). Everywhere: the
+SASS table; without a GPU the timing part is one line, never a traceback.
 
-A flashrepro row that raises is recorded as ``failed`` (when its first call raises) or stops the
-run (:class:`~flashrepro_harness.bench.impls.KernelFailed`, later); it is never skipped. The
-results of an earlier run in the output folder are deleted before timing, and the new ones are
-written, atomically, only once the run is complete (:func:`write_results`), so a run that fails
-leaves nothing a later ``gate`` or ``readme`` would read as its own.
+A flashrepro row that raises is ``failed`` (first call) or stops the run (:class:`~flashrepro_
+harness.bench.impls.KernelFailed`, later); never skipped. An earlier run's results in the output
+folder are deleted before timing and the new ones written atomically once complete, so a failed
+run leaves nothing a later ``gate`` or ``readme`` would read as its own.
 """
 
 from __future__ import annotations
@@ -72,18 +69,16 @@ OUTPUTS = ("reproduce.json", "reproduce.md", "summary.md")
 """The files a run writes in its results folder (and deletes there before it times)."""
 WRONG_OUTPUT = "FLASHREPRO_TEST_WRONG_OUTPUT"
 """Test hook: ``FLASHREPRO_TEST_WRONG_OUTPUT=0.01`` adds 0.01 to one output element of every
-call of the ``flashrepro`` row (the code under test; never its reference twin, never the
-library), after the kernel, so the gate's output check can be shown to fail a kernel that
-returns wrong values (docs/gate.md). Unset or empty: no hook. A run with it records
-``test_hooks`` and can never be a baseline."""
+call of the ``flashrepro`` row (not its twin, not the library), so the output check can be shown
+to fail (docs/gate.md). Unset or empty: no hook. The run records ``test_hooks`` and can never be
+a baseline."""
 
 
 def wrong_output_shift(environ: Mapping[str, str] = os.environ) -> float | None:
     """The value of :data:`WRONG_OUTPUT`, or None when unset or empty.
 
     Raises:
-        ValueError: not a number > 0 or ``nan`` (a hook that changes nothing is refused, so a
-            stray setting is never silent).
+        ValueError: not a number > 0 or ``nan`` (a hook that changes nothing is refused).
     """
     text = environ.get(WRONG_OUTPUT, "").strip()
     if not text:
@@ -122,18 +117,13 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
             host_cost: bool = True, wrong_output: float | None = None) -> list[dict[str, Any]]:
     """Time ``names`` on ``problem`` in interleaved rounds; one record per kernel.
 
-    Returns records with per-round medians (µs), their summary, TFLOP/s of the median, the ratio
-    to ``torch-flash`` (median of per-round ratios), the max error vs float32 and the tolerance
-    it is held to (:func:`flashrepro_harness.results.output_tolerance`), ``host_us`` and
-    ``eager_us`` (µs per call, the kernels interleaved:
-    :func:`flashrepro_harness.bench.timing.host_and_eager_rounds`; left out when not ``host_cost``)
-    and ``causal`` (the mask of ``problem``); names get ``suffix``. With a ``reference``
-    (:mod:`flashrepro_harness.bench.reference`), every flashrepro row of ``names``
-    (:data:`~flashrepro_harness.bench.impls.PAIRABLE`) also gets a twin record ``reference:<name>``,
-    the reference checkout's code on the same inputs, timed in the same rounds (no host cost)
-    and checked like the others. A peer or torch backend that cannot run here gets a record
-    with ``skipped`` set to the reason; a flashrepro row (or twin) whose first call raises, one
-    with ``failed``. ``wrong_output``: the :data:`WRONG_OUTPUT` test hook's value.
+    Records hold per-round medians (µs) and their summary, TFLOP/s of the median, the median
+    per-round ratio to ``torch-flash``, the max error against float32 and its tolerance,
+    ``host_us`` and ``eager_us`` (unless not ``host_cost``) and ``causal``; names get
+    ``suffix``. With a ``reference``, each :data:`~flashrepro_harness.bench.impls.PAIRABLE` row
+    gets a twin ``reference:<name>`` (the reference's code, same inputs and rounds, no host
+    cost). A peer or backend that cannot run gets ``skipped`` (the reason); a flashrepro row or
+    twin whose first call raises, ``failed``. ``wrong_output``: :data:`WRONG_OUTPUT`'s value.
 
     Raises:
         KernelFailed: a row raised after its first call (the output check, the timing or the
@@ -196,10 +186,8 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
 
 
 def timing_method(rounds: int, calls: int) -> dict[str, Any]:
-    """The results' ``method`` block: timer, L2 handling, busy-wait, statistic, ``rounds`` and
-    ``calls_per_round`` (the gate compares timer, l2, calls_per_round and busy_wait_cycles with
-    its baseline's), and the output check. Measures the busy-wait on the current GPU
-    (:func:`busy_wait_us`).
+    """The results' ``method`` block (the gate matches timer, l2, calls_per_round and
+    busy_wait_cycles with its baseline's); measures the busy-wait on the current GPU.
 
     Raises:
         RuntimeError: when no CUDA device is available.
@@ -240,13 +228,7 @@ def _mma_sync_records(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 @dataclasses.dataclass
 class Outcome:
-    """A complete article run, not yet written.
-
-    Attributes:
-        results: the results dict (``"complete": true`` set).
-        out_dir: where its files go (:data:`OUTPUTS`).
-        markdown: ``reproduce.md``'s text (tables, SASS).
-    """
+    """A complete article run (``"complete": true``), not yet written to ``out_dir``."""
 
     results: dict[str, Any]
     out_dir: Path
@@ -254,8 +236,7 @@ class Outcome:
 
 
 def remove_stale(out_dir: Path) -> None:
-    """Delete :data:`OUTPUTS` of an earlier run in ``out_dir`` (if any), so a run that fails
-    leaves none of them behind to be read as its own."""
+    """Delete :data:`OUTPUTS` of an earlier run in ``out_dir``, if any."""
     for name in OUTPUTS:
         (out_dir / name).unlink(missing_ok=True)
 
@@ -264,21 +245,17 @@ def run(args: argparse.Namespace, needs_timings: bool = False) -> Outcome | int:
     """The article run (module docstring) with the options of
     :func:`flashrepro_harness.commands.reproduce.add_arguments`.
 
-    Args:
-        args: the parsed options.
-        needs_timings: the caller judges the timings (``--gate``, ``--update-baseline``):
-            without a GPU the run fails at once (as with ``FLASHREPRO_REQUIRE_GPU=1``).
+    ``needs_timings``: the caller judges them (``--gate``, ``--update-baseline``), so no GPU
+    fails at once, as with ``FLASHREPRO_REQUIRE_GPU=1``.
 
     Returns:
-        The :class:`Outcome` to judge and write (:func:`write_results`); or the exit code of a
-        run with nothing to write: 0 without a GPU (the SASS table printed) and for the
-        mma.sync child (``--child-json``, written), 1 without a GPU when the timings are
-        needed, 2 for a bad ``--reference-src`` or :data:`WRONG_OUTPUT` value.
+        The :class:`Outcome` to judge and write; or the exit code of a run with nothing to
+        write: 0 without a GPU (SASS table printed) and for the mma.sync child, 1 without a GPU
+        when the timings are needed, 2 for a bad ``--reference-src`` or :data:`WRONG_OUTPUT`.
 
     Raises:
-        KernelFailed: a flashrepro row failed after its first call (:func:`measure`), or the
-            mma.sync child failed; nothing is written, and earlier results in the output folder
-            are gone.
+        KernelFailed: a flashrepro row failed after its first call, or the mma.sync child
+            failed; nothing is written, and earlier results in the output folder are gone.
     """
     problem, published = load_article()
     try:
@@ -294,9 +271,7 @@ def run(args: argparse.Namespace, needs_timings: bool = False) -> Outcome | int:
             print(f"reproduce: --reference-src: {exc}", file=sys.stderr)
             return 2
         except ImportError as exc:
-            # The run goes on unpaired (the gate then judges every record against the committed
-            # baseline and says why): a base commit that does not import here, e.g. one needing
-            # other dependencies, must not stop the check of the head.
+            # go on unpaired: a base that does not import here must not stop the head's check
             reference_error = str(exc)
             print(f"reproduce: --reference-src: {exc}; timing without a reference",
                   file=sys.stderr)
@@ -373,10 +348,8 @@ def run(args: argparse.Namespace, needs_timings: bool = False) -> Outcome | int:
 
 def write_results(out_dir: Path, results: dict, summary: str, markdown: str | None = None
                   ) -> None:
-    """Write ``reproduce.md`` (``markdown``, when given), ``summary.md`` and, last,
-    ``reproduce.json`` under ``out_dir``, each atomically
-    (:func:`flashrepro_harness.outputs.write_atomic`); the summary also goes to the job summary
-    (:func:`flashrepro_harness.report.write_summary`).
+    """Write ``reproduce.md`` (when given), ``summary.md`` (also to the job summary) and, last,
+    ``reproduce.json`` under ``out_dir``, each atomically.
 
     Raises:
         OSError: a file cannot be written.

@@ -1,15 +1,12 @@
 """The L x D x causal x dtype sweep against torch's backends (``flashrepro bench``,
 :mod:`flashrepro_harness.commands.bench`).
 
-Every point has H = 16 and B·L = ``--tokens`` tokens, 16384 by default (the shape of the cuDNN
-figures in issue 7); B is at least 1.
-Each point times flashrepro (its per-arch default config), torch flash, torch cuDNN and the
-optional peers (:mod:`flashrepro_harness.bench.peers`, FA4's CuTe kernel where it imports) in
-interleaved rounds (:mod:`flashrepro_harness.bench.timing`) and reports TFLOP/s of the medians and
-flashrepro's time over the best peer's (the fastest of cuDNN and the peers that ran).
-Outputs under ``reproduce/results/<gpu-key>/``: ``bench.json``, ``bench.md`` (tabulate) and
-``bench.png`` (matplotlib: TFLOP/s vs L, one line per kernel, one panel per D x causal x dtype,
-and flashrepro / best peer on each panel's right axis).
+Every point has H = 16 and B·L = ``--tokens`` (16384 by default, B >= 1). Each times
+flashrepro (per-arch default), torch flash, cuDNN and the optional peers in interleaved rounds,
+and reports TFLOP/s of the medians and flashrepro's time over the best peer's (the fastest of
+cuDNN and the peers that ran). Outputs under ``reproduce/results/<gpu-key>/``: ``bench.json``,
+``bench.md`` and ``bench.png`` (TFLOP/s vs L per kernel, one panel per D x causal x dtype,
+flashrepro / best peer on the right axis).
 """
 
 from __future__ import annotations

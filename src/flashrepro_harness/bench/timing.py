@@ -1,34 +1,22 @@
 """One timing method for every number this project reports, stated here and tested.
 
-Method (``events``): for each call, zero a 256 MiB buffer (more than 4x the L2 of any current
-NVIDIA GPU, so no input stays in L2), queue a GPU busy-wait (``torch.cuda._sleep``) so the GPU is
-still busy when the host finishes launching, then record a CUDA event, the call, and another
-event. The busy-wait keeps host launch overhead (Python argument checks, Triton's launcher) out
-of the measured interval: without it a ~50 µs kernel can be timed together with the gap in which
-the host was still launching it. Per-call times are the event intervals, in µs.
+Method (``events``): for each call, zero a 256 MiB buffer (over 4x any current NVIDIA L2), queue
+a GPU busy-wait (``torch.cuda._sleep``), then record a CUDA event, the call, another event; the
+time is the event interval, µs. The busy-wait keeps the host's launch work out of the interval,
+so it must outlast it (lab/2026-11-29-host-time-per-call/): :func:`time_calls` warns
+(:class:`HostBoundWarning`) when a call's host time reaches :data:`HOST_MARGIN` of it.
 
-The busy-wait must outlast the host's work for one call, or the gap comes back. On the H200
-host a ``flashrepro.attention`` call with TMA descriptors took about as long as the first
-busy-wait (~200 µs) and its times turned bimodal (31-97 µs for a 31 µs kernel;
-lab/2026-11-29-host-time-per-call/). So the busy-wait is now ~1 ms, and
-:func:`time_calls` measures each call's host time and warns (:class:`HostBoundWarning`) when it
-comes within 80 % of the busy-wait's measured length.
+Interleaved rounds (:func:`interleaved_rounds`): each round times every kernel once, the order
+rotating between rounds, so drift falls on all alike; a round's value is the median of its calls.
 
-Kernels are compared in interleaved rounds (:func:`interleaved_rounds`): every round times each
-kernel once in turn (the order rotates between rounds) so that clock or thermal drift affects all
-kernels alike; a round's value for a kernel is the median of its calls in that round.
+Host cost (:func:`host_and_eager_rounds`): ``host`` is the CPU time to issue one call
+(``perf_counter_ns`` around the call) with a busy-wait queued before each, so the launch queue
+never blocks; ``eager`` is the wall time per call of calls back to back, no busy-wait or flush,
+synchronised at the end: a device-bound call shows its kernel time (inputs in L2), a host-bound
+one its host time. Both are medians over interleaved rounds.
 
-Host cost (:func:`host_and_eager_rounds`, issue 20): ``host`` is the CPU time to issue one call
-(``perf_counter_ns`` around the call alone) with a busy-wait queued before each call, so the GPU
-is always busy and the launch queue never blocks the host; ``eager`` is the wall time per call of
-``calls`` calls back to back with no busy-wait and no flush, synchronised once at the end, as a
-user's eager program runs them: a device-bound call shows its kernel time (inputs hot in L2),
-a host-bound one its host time. Both are medians over ``repeats`` rounds, the callables
-interleaved round by round as the kernels' timing rounds are.
-
-Method (``graph``): ``calls`` launches captured in one CUDA graph and replayed; per-call time is
-the replay time / calls. No L2 flush (inputs stay hot), no launch gaps; used to measure the
-spread of the events method, not for reported numbers.
+Method (``graph``, :func:`time_graph`): launches captured in one CUDA graph and replayed, replay
+time / calls, no flush; it measures the spread of the events method, not reported numbers.
 """
 
 from __future__ import annotations
@@ -104,22 +92,14 @@ class Summary:
 
 
 def time_calls(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[float]:
-    """Time ``calls`` calls of ``fn`` on the current CUDA device, L2 flushed before each.
-
-    Args:
-        fn: the work to time; it must only enqueue GPU work on the current stream.
-        calls: number of timed calls (>= 1).
-        warmup: untimed calls first (compilation, autotuning, caches).
-
-    Returns:
-        Per-call GPU times in µs (CUDA events), in call order.
+    """Per-call GPU times (µs, CUDA events, call order) of ``calls`` calls of ``fn`` (which
+    only enqueues work on the current stream), L2 flushed before each, after ``warmup`` calls.
 
     Raises:
         RuntimeError: when no CUDA device is available.
 
     Warns:
-        HostBoundWarning: a call's host time (``start.record()`` to ``end.record()``) reached
-            ``HOST_MARGIN`` of :func:`busy_wait_us`.
+        HostBoundWarning: a call's host time reached ``HOST_MARGIN`` of :func:`busy_wait_us`.
     """
     gpu_us, host_us = time_calls_and_host(fn, calls, warmup)
     wait_us = busy_wait_us()
@@ -139,10 +119,9 @@ def time_calls_and_host(fn: Callable[[], object], calls: int, warmup: int = 3,
     """:func:`time_calls`' measurement, without its warning: per-call GPU times (µs, CUDA
     events) and host times (µs, ``start.record()`` to after ``end.record()``), in call order.
 
-    ``gc_off``: Python's garbage collector is off during the timed calls (a collection inside
-    a call can outlast the busy-wait; lab/2026-11-29-host-time-outliers/, which times it on).
-    ``before_wait``: GPU work enqueued after each flush and before the busy-wait, outside the
-    timed events (diagnostics: lab/probes/icache_probe.py; the reported timings pass none).
+    ``gc_off``: the garbage collector is off during the timed calls (a collection can outlast
+    the busy-wait: lab/2026-11-29-host-time-outliers/). ``before_wait``: GPU work enqueued after
+    each flush, before the busy-wait, outside the events (diagnostics only).
 
     Raises:
         RuntimeError: when no CUDA device is available.
@@ -181,9 +160,8 @@ def time_calls_and_host(fn: Callable[[], object], calls: int, warmup: int = 3,
 def host_times(fn: Callable[[], object], calls: int, warmup: int = 3) -> list[float]:
     """Host µs to issue each of ``calls`` calls of ``fn`` while the GPU is kept busy.
 
-    As :func:`time_calls_and_host` without the flush and the events: a ``SLEEP_CYCLES``
-    busy-wait is queued before each call, and only the call itself is inside
-    ``perf_counter_ns``; the collector is off during the calls.
+    A ``SLEEP_CYCLES`` busy-wait is queued before each call and only the call is inside
+    ``perf_counter_ns``; no flush, no events, the collector off.
 
     Raises:
         RuntimeError: when no CUDA device is available.
@@ -234,17 +212,12 @@ HOST_REPEATS = 10
 def host_and_eager_rounds(fns: dict[str, Callable[[], object]], calls: int = HOST_CALLS,
                           eager_calls: int = EAGER_CALLS, repeats: int = HOST_REPEATS
                           ) -> dict[str, tuple[float, float]]:
-    """(host µs per call, eager µs per call) of each of ``fns``, measured in ``repeats``
-    interleaved rounds: round r takes, for each callable in the order of ``fns`` rotated by r,
-    :func:`host_times` of ``calls`` calls and one :func:`eager_us_per_call` of
-    ``eager_calls``. A slow phase of the host (its clock, another process on its cores) then
-    falls on every callable alike rather than on whichever was measured during it: measured
-    one after another (4d444c7, one H200 host), torch's rows of the causal problem read about
-    1.9x the host µs of the same rows of the non-causal problem timed next
-    (lab/2026-12-01-host-path/).
+    """(host µs per call, eager µs per call) of each of ``fns`` in ``repeats`` interleaved
+    rounds: round r takes, for each callable in the order of ``fns`` rotated by r,
+    :func:`host_times` of ``calls`` calls and one :func:`eager_us_per_call` of ``eager_calls``,
+    so a slow phase of the host falls on all alike (lab/2026-12-01-host-path/).
 
-    Returns ``{name: (median of the repeats x calls host times, median of the repeats' eager
-    µs)}``; both exclude compilation (:func:`host_times` warms up first).
+    Returns ``{name: (median host µs, median eager µs)}``, compilation excluded.
 
     Raises:
         RuntimeError: when no CUDA device is available.
@@ -265,8 +238,7 @@ def host_and_eager_rounds(fns: dict[str, Callable[[], object]], calls: int = HOS
 def host_and_eager_us(fn: Callable[[], object], calls: int = HOST_CALLS,
                       eager_calls: int = EAGER_CALLS, repeats: int = HOST_REPEATS
                       ) -> tuple[float, float]:
-    """(host µs per call, eager µs per call) of ``fn`` alone: :func:`host_and_eager_rounds`
-    of one callable; the module's docstring states the method.
+    """(host µs per call, eager µs per call) of ``fn`` alone (:func:`host_and_eager_rounds`).
 
     Raises:
         RuntimeError: when no CUDA device is available.

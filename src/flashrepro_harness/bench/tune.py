@@ -1,12 +1,10 @@
 """Time candidate launch configs and pick the winners (``flashrepro tune``,
 :mod:`flashrepro_harness.commands.tune`).
 
-The default launch never tunes at call time: it looks its config up in the committed table
-``flashrepro/tuned.json`` (:func:`flashrepro.configs.default_config`), keyed by arch, head dim,
-causal and a power-of-two bucket of Lq. This command rebuilds that table on the GPU it runs on.
-Each candidate is checked against torch SDPA before it may win; the correct candidates of a
-problem are timed together in interleaved rounds
-(:func:`flashrepro_harness.bench.timing.interleaved_rounds`), so clock drift favours none of them.
+The default launch reads its config from the committed table ``flashrepro/tuned.json``
+(:func:`flashrepro.configs.default_config`: arch, head dim, causal, power-of-two bucket of Lq);
+this rebuilds it on the GPU it runs on. A candidate must match torch SDPA to win; a problem's
+correct candidates are timed together in interleaved rounds.
 """
 
 from __future__ import annotations
@@ -23,11 +21,8 @@ from flashrepro_harness.bench import peers
 from flashrepro_harness.bench.timing import interleaved_rounds
 from flashrepro_harness.problem import Problem
 
-# The configs that won at least one point of the full grids on the H200 (lab/2026-11-29-*,
-# the first four experiments; 30 configs were timed there) and the article's 64x64 pointer build.
-# Two-stage 128-row tiles (128x64 and 128x128, 8 warps) were tried again later and lost every
-# D = 128 non-causal point to their three-stage versions by 13-46 %
-# (lab/2026-11-29-host-time-per-call/).
+# Winners of at least one grid point on the H200 (lab/2026-11-29-tuned-table/) and the article's
+# 64x64 pointer build; two-stage 128-row tiles lost (lab/2026-11-29-host-time-per-call/).
 CANDIDATES = [
     KernelConfig(64, 64, 4, 3),
     KernelConfig(64, 64, 4, 2, tma=True),
@@ -65,13 +60,10 @@ def best_config(problem: Problem, rounds: int, calls: int,
     """Time every candidate on ``problem``; return the fastest correct one (as
     :func:`winner`) and the table rows.
 
-    Candidates whose output differs from torch SDPA's by 2e-2 or more, or that fail to build
-    (tiles that do not fit shared memory), are listed with the reason and never win. The rest
-    run in ``rounds`` interleaved rounds of ``calls`` calls; a candidate's time (µs) is the
-    median of its per-round medians. ``incumbent`` (one of ``pool``) and ``min_gain``: see
-    :func:`winner`. The optional peers (:data:`flashrepro_harness.bench.peers.PEERS`) are timed in
-    the same rounds as rows ``peer <name>`` that never win, or listed with the reason they did not
-    run (not installed, or unsupported here).
+    Candidates that fail to build or differ from torch SDPA by 2e-2 or more are listed with the
+    reason and never win. The rest run in ``rounds`` interleaved rounds of ``calls`` calls; a
+    time (µs) is the median of per-round medians. The optional peers are timed in the same rounds
+    as rows ``peer <name>`` that never win, or listed with why they did not run.
     """
     inputs = problem.inputs()
     q, k, v = inputs
@@ -114,9 +106,8 @@ def best_config(problem: Problem, rounds: int, calls: int,
 def winner(times: dict[str, float], incumbent: str | None, min_gain: float) -> str:
     """The label of the fastest of ``times`` (µs by config label), unless ``incumbent`` (the
     table's entry, if it ran correctly) is within ``min_gain`` (a fraction) of it: a challenger
-    must be faster by more than the noise of a few rounds to replace the committed entry, so
-    the table does not flip between configs that tie (an entry once moved on 0.5 % over 3
-    rounds, and the sweep then showed the point unchanged: lab/2026-11-29-turn-next-q-epilogue/).
+    must beat the committed entry by more than the noise, so ties do not flip the table
+    (lab/2026-11-29-turn-next-q-epilogue/).
     """
     fastest = min(times, key=times.__getitem__)
     if incumbent in times and times[fastest] > times[incumbent] * (1 - min_gain):
@@ -125,7 +116,6 @@ def winner(times: dict[str, float], incumbent: str | None, min_gain: float) -> s
 
 
 def table_head_dim(head_dim: int) -> bool:
-    """Whether the tuned table has keys for ``head_dim``: the default launch looks D up padded
-    to a power of two >= 16 (:func:`flashrepro.configs.default_config`), so a winner timed at
-    D=96 could only go under a key ``sm90-d96-...`` that no launch reads."""
+    """Whether the tuned table has keys for ``head_dim``: the launch looks D up padded to a power
+    of two >= 16, so a key such as ``sm90-d96-...`` would never be read."""
     return 16 <= head_dim <= MAX_HEAD_DIM and head_dim & (head_dim - 1) == 0

@@ -1,10 +1,8 @@
 """Baselines: where they live, what they record, and how a run's environment is matched to one.
 
-A baseline is one JSON file per GPU model and problem,
-``<baseline_dir>/<gpu-key>/<problem-key>.json`` (e.g.
-``reproduce/baselines/nvidia-h200/b2-h16-q1024-k1024-d128-float16-causal.json``), holding the
-per-round samples of one reference run, the environment and timing method they were measured
-with, the gate settings, and an append-only ``history`` of every run that was made a baseline.
+One JSON file per GPU model and problem, ``<baseline_dir>/<gpu-key>/<problem-key>.json`` (e.g.
+``nvidia-h200/b2-h16-q1024-k1024-d128-float16-causal.json``): per-round samples, the environment
+and timing method, the gate settings and an append-only ``history`` of every baseline run.
 """
 
 from __future__ import annotations
@@ -34,15 +32,14 @@ __all__ = ["BaselineError", "ResultsError"]  # re-exported: the gate's refusals 
 
 SCHEMA = BASELINE_SCHEMA
 FLASHREPRO_RECORDS = PRODUCT_RECORDS
-"""Records the gate judges: this project's kernels (:data:`flashrepro_harness.results.
-PRODUCT_RECORDS`, and any record named ``flashrepro...``)."""
+"""Records the gate judges (any other record named ``flashrepro...`` too)."""
 REFERENCE_RECORD = "torch-flash"
 """The denominator of the primary metric: torch SDPA's flash backend, timed in the same rounds."""
 SOFTWARE_FIELDS = ("driver", "cuda", "torch", "triton", "image_digest")
 HARDWARE_FIELDS = ("gpu_key", "gpu_name", "sm_count")
 METHOD_FIELDS = ("timer", "l2", "calls_per_round", "busy_wait_cycles")
 HOOK_FIELD = "injection_hook"
-"""Stored in a baseline's method: whether its run had the slowdown test hook (even at 0)."""
+"""A baseline's method field: whether its run had the slowdown test hook (even at 0)."""
 PROBLEM_FIELDS = ("batch", "heads", "seqlen_q", "seqlen_k", "head_dim", "dtype", "causal")
 
 
@@ -70,8 +67,8 @@ def problem_key(problem: dict[str, Any]) -> str:
 
 
 def fingerprint(env: dict[str, Any]) -> dict[str, Any]:
-    """The parts of a results ``env`` block (:func:`flashrepro_harness.env.capture`) a baseline keys
-    on.
+    """The parts of a results ``env`` block (:func:`flashrepro_harness.env.capture`) a baseline
+    keys on.
 
     Raises:
         ResultsError: ``env.gpu`` is missing or null (the run had no GPU, so no timings).
@@ -99,11 +96,9 @@ def baseline_path(baseline_dir: Path, results: dict[str, Any]) -> Path:
 def differences(baseline: dict[str, Any], results: dict[str, Any]) -> list[EnvDifference]:
     """What differs between a baseline and a run: hardware, software, problem, timing method.
 
-    Software and hardware fields are compared exactly (a value known on one side and unknown on
-    the other counts as a difference), except ``image_digest``, compared only when both sides
-    have one. Method fields are compared when both sides state them; ``rounds`` may differ.
-    A run with the slowdown test hook (even at 0: its busy-wait has a fixed cost) and one
-    without it differ too.
+    Software and hardware fields must be equal (known against unknown differs), except
+    ``image_digest``, compared when both sides have one; method fields when both state them
+    (``rounds`` may differ). The slowdown test hook, even at 0, is a difference (fixed cost).
     """
     out: list[EnvDifference] = []
     base_env, cur_env = baseline["env"], fingerprint(results["env"])
@@ -149,20 +144,13 @@ def _judged(name: str) -> str | None:
 def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     """Per-round samples of a results dict: ``{record: {"us": [...], "ratio": [...]}}``.
 
-    Each flashrepro record is paired with the torch-flash record of the same suffix
-    (``flashrepro`` with ``torch-flash``; ``flashrepro (mma.sync)`` with ``torch-flash
-    (mma.sync)``, timed in the same child process): ``ratio`` is ``record_r / reference_r`` for
-    each round r, both timed in the same interleaved round, so the pair shares that round's
-    clocks. References get ``us`` only; other records (torch's other backends) are left out.
-    A flashrepro record with a reference twin (``reference:<name>``, the same row timed with a
-    reference checkout's code in the same rounds: ``reproduce --reference-src``) also gets
-    ``reference_us`` and ``paired``, the per-round ratio record / twin.
-    Records marked ``skipped`` or ``failed`` are left out (a flashrepro one is a failure,
-    found before: :func:`flashrepro_harness.gate.check.kernel_failures`).
-
-    A run paired with a reference checkout (``results["reference"]`` without an ``error``)
-    must have a timed twin for every flashrepro row: a missing or skipped one is refused, not
-    judged against the baseline instead.
+    A flashrepro record's ``ratio`` is ``record_r / torch-flash_r`` per interleaved round r, with
+    the torch-flash record of the same suffix (``flashrepro (mma.sync)`` with ``torch-flash
+    (mma.sync)``). References get ``us`` only; other records are left out, as are ``skipped`` and
+    ``failed`` ones. A record with a reference twin (``reference:<name>``, from ``reproduce
+    --reference-src``) also gets ``reference_us`` and ``paired`` (record / twin per round). In a
+    run paired with a reference checkout (``results["reference"]`` without ``error``), every
+    flashrepro row must have a timed twin.
 
     Raises:
         ResultsError: no ``torch-flash`` record, a flashrepro record without the torch-flash
@@ -212,10 +200,8 @@ def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
 def pool(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """Several runs of one environment as one results dict: each record's rounds concatenated.
 
-    A baseline pooled from runs in separate processes averages out how far one process's ratio
-    sits from another's (on the H200 about 0.7 % sd, lab/2026-11-29-gate-false-alarms/, which a
-    one-run baseline passes on to every run judged against it. Round r of every record still
-    comes from one interleaved round, so per-round ratios stay paired. The env block is the last
+    Pooling runs of separate processes averages out each process's offset of the ratio
+    (lab/2026-11-29-gate-false-alarms/); per-round ratios stay paired. The env block is the last
     run's; ``method`` gets the total ``rounds`` and ``pooled_runs``.
 
     Raises:
@@ -294,7 +280,7 @@ def build(results: dict[str, Any], previous: dict[str, Any] | None, settings: di
     """A new baseline from ``results``; ``previous``'s history is kept and one entry appended.
 
     Args:
-        results: a results dict (see COMMON.md / DESIGN.md "Results JSON").
+        results: a results dict (docs/design.md, "File formats").
         previous: the baseline being replaced, or None.
         settings: the gate settings to store (threshold, confidence, ...).
     """
@@ -314,8 +300,7 @@ def build(results: dict[str, Any], previous: dict[str, Any] | None, settings: di
         "records": {n: {"round_medians_us": s["us"], **({"round_ratios": s["ratio"]}
                                                         if "ratio" in s else {})}
                     for n, s in samples.items()},
-        # host and eager µs per call of every record that has them: shown beside later runs'
-        # under the gate, never gated (flashrepro_harness.gate.host)
+        # shown beside later runs, never gated (gate.host)
         "host_cost": {rec["name"]: {f: rec[f] for f in ("host_us", "eager_us")}
                       for rec in results["records"]
                       if not rec.get("skipped") and "host_us" in rec and "eager_us" in rec},
@@ -324,8 +309,7 @@ def build(results: dict[str, Any], previous: dict[str, Any] | None, settings: di
 
 
 def write(path: Path, baseline: dict[str, Any]) -> None:
-    """Write ``baseline`` to ``path`` (parents created), indented JSON, atomically
-    (:func:`flashrepro_harness.outputs.write_atomic`: a write cut short leaves the old file).
+    """Write ``baseline`` to ``path`` as indented JSON, atomically (parents created).
 
     Raises:
         BaselineError: the folder or the file cannot be made or written.

@@ -1,15 +1,10 @@
-"""Run the gate: compare a results dict with its baseline and return a :class:`Verdict`.
+"""Judge a results dict against its twins and baseline: :func:`check` (``gate``, ``reproduce
+--gate``) and :func:`update_baseline` (``--update-baseline``). Neither measures anything.
 
-:func:`check` is what ``python -m flashrepro_harness gate`` and ``reproduce --gate`` call;
-:func:`update_baseline` is ``--update-baseline``. Neither measures anything: both read the
-results dict (docs/design.md, "File formats").
-
-The gate fails closed. Before any timing is compared, input it will not judge is refused
-(:mod:`flashrepro_harness.gate.refusals`: malformed files, another problem than this
-checkout's article, settings looser than the caps, too few rounds for the test to reject, a
-missing baseline folder, a paired row without its twin), and a run whose kernels failed is a
-failure (:func:`kernel_failures`: a flashrepro row that did not run or that the baseline or
-the reference has and the run lacks, a timed row over the output tolerance).
+The gate fails closed: before any timing is compared, input it will not judge is refused
+(malformed files, another problem than the checkout's article, settings past the caps, too few
+rounds, a missing baseline folder, a paired row without its twin), and failed kernels fail
+(:func:`kernel_failures`).
 """
 
 from __future__ import annotations
@@ -58,12 +53,9 @@ FEW_ROUNDS = 20
 class Settings:
     """Gate settings; stored in a baseline, and used for it unless overridden.
 
-    Attributes:
-        threshold: tolerated slowdown of the primary metric (per-round ratio to torch-flash).
-        abs_threshold: slowdown of absolute µs above which the gate warns (never fails).
-        confidence: two-sided level of the bootstrap intervals; Mann-Whitney one-sided level
-            is ``(1 - confidence) / 2``.
-        n_resamples: bootstrap resamples.
+    ``threshold``: tolerated slowdown of the primary metric; ``abs_threshold``: slowdown of
+    absolute µs that warns; ``confidence``: two-sided level (:mod:`~flashrepro_harness.gate.
+    stats`).
     """
 
     threshold: float = DEFAULT_THRESHOLD
@@ -97,28 +89,15 @@ class Verdict:
 
     Attributes:
         status: ``pass``, ``regression``, ``no-baseline``, ``env-mismatch``,
-            ``kernel-failure`` or ``baseline-updated``.
-        exit_code: the process exit code (:class:`ExitCode`).
-        baseline_path: where the baseline is (or would be).
-        gpu_key, problem_key: the baseline's keys.
-        settings: the settings used.
-        comparisons: primary metric (per-round ratio to torch-flash, against the committed
-            baseline) of each flashrepro record that has no reference twin.
-        paired: the paired comparison of each flashrepro record with its reference twin
-            (``reproduce --reference-src``), which decides for that record.
-        against_baseline: the committed-baseline comparison of the records judged by
-            ``paired``: shown, and warned about when slower, never failing.
-        reference: the reference checkout (``src``, ``commit``), when the run had one.
-        secondary: absolute µs of each record, torch-flash included (warnings only).
-        env_differences: what differs from the baseline's environment.
-        warnings: anything the reader should know (e.g. environment compared anyway).
-        drift: per record, the current median ratio against the oldest history entry.
-        failures: what failed (:func:`kernel_failures`: ``record``, ``rule``, ``detail``);
-            any makes the status ``kernel-failure`` (exit 5) and nothing is compared.
-        host_cost: per record, host and eager µs per call, with the baseline's where stored
-            (:func:`flashrepro_harness.gate.host.compare`; shown, never gated).
-        baseline_commit, baseline_date: of the baseline's samples.
-        results_path: the results file, for the messages (may be None).
+            ``kernel-failure`` or ``baseline-updated``; ``exit_code``: its :class:`ExitCode`.
+        comparisons: ratio to torch-flash against the baseline, per record without a twin.
+        paired: per record with a reference twin, the comparison that decides it.
+        against_baseline: the baseline comparison of the paired records (shown, never failing).
+        secondary: absolute µs per record (warnings only).
+        drift: per record, the median ratio against the oldest history entry.
+        failures: :func:`kernel_failures`; any makes the status ``kernel-failure``, and
+            nothing is compared.
+        host_cost: :func:`flashrepro_harness.gate.host.compare`'s rows (never gated).
     """
 
     status: str
@@ -143,8 +122,7 @@ class Verdict:
 
     @property
     def regressions(self) -> list[Comparison]:
-        """The deciding comparisons flagged slower (paired ones and the committed
-        baseline's)."""
+        """The deciding comparisons (paired, and the baseline's) flagged slower."""
         return [c for c in [*self.paired, *self.comparisons] if c.slower]
 
     @property
@@ -155,8 +133,7 @@ class Verdict:
 
     @property
     def shown_baseline(self) -> str:
-        """The baseline's path as results and summaries show it (:func:`flashrepro_harness.env.
-        shown_path`)."""
+        """The baseline's path as results and summaries show it."""
         from flashrepro_harness.env import shown_path
         return shown_path(self.baseline_path)
 
@@ -193,9 +170,8 @@ SETTING_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 def _settings(stored: dict[str, Any] | None, given: dict[str, float | None],
               source: str) -> tuple[Settings, list[str]]:
-    """Explicit arguments first, then the baseline's stored settings, then the defaults; each
-    checked against :data:`SETTING_RULES`. Returns the settings and a note for every stored
-    value that is not the default (never taken silently).
+    """Arguments, else the baseline's stored settings, else the defaults, each checked against
+    :data:`SETTING_RULES`; with a note for every stored value that is not the default.
 
     Raises:
         BaselineError: a stored setting breaks its rule (``source`` names the baseline).
@@ -222,9 +198,8 @@ def _settings(stored: dict[str, Any] | None, given: dict[str, float | None],
 
 
 def _check_problem(results: dict[str, Any], label: str) -> None:
-    """Refuse results of another problem than this checkout's article problem: the judge
-    decides what is timed, so an edited article.toml (hence another baseline key) cannot be
-    judged against a baseline of its choosing.
+    """Refuse results of another problem than this checkout's article problem (an edited
+    article.toml must not pick its own baseline).
 
     Raises:
         ProblemMismatch: a field of :data:`~flashrepro_harness.gate.baseline.PROBLEM_FIELDS`
@@ -247,7 +222,7 @@ def kernel_failures(results: dict[str, Any], baseline: dict[str, Any] | None = N
     "detail"}``:
 
     * a flashrepro row (:func:`flashrepro_harness.results.is_product`) marked ``failed`` or
-      ``skipped``: the product must run; only torch's backends and the peers may be skipped;
+      ``skipped`` (only torch's backends and the peers may be skipped);
     * a timed row, any row, whose ``max_abs_err`` is not at most the output tolerance of the
       problem's dtype (:data:`flashrepro_harness.results.OUTPUT_TOLERANCE`; NaN is over it);
     * a reference twin ``reference:X`` whose row X is not in the run;
@@ -367,16 +342,13 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     stored baseline of their GPU and problem.
 
     Args:
-        results: a results dict (``reproduce.json``'s content; the rules:
-            :func:`flashrepro_harness.gate.inputs.check_results`).
+        results: ``reproduce.json``'s content (:func:`~flashrepro_harness.gate.inputs.
+            check_results`).
         baseline_dir: root of the baselines (``reproduce/baselines``); must be a folder.
-        threshold: tolerated slowdown of the ratio to torch-flash, in [0, 0.1]; None: the
-            baseline's stored value, else :data:`~flashrepro_harness.gate.stats.DEFAULT_THRESHOLD`.
-        abs_threshold: warning level for absolute µs; None as above.
-        confidence: two-sided bootstrap level, in (0.5, 0.99]; None as above.
-        allow_env_mismatch: compare even when the environment differs (with a warning).
-        results_path: path of the results file, used in the messages only.
-        env_note: the warning given when the environment differs and is compared anyway.
+        threshold, abs_threshold, confidence: in [0, 0.1], [0, 1), (0.5, 0.99]; None: the
+            baseline's stored value, else the default.
+        allow_env_mismatch: compare even when the environment differs (with ``env_note``).
+        results_path: the results file's name in messages.
 
     Returns:
         A :class:`Verdict`; ``verdict.exit_code`` is 0 pass, 1 regression, 2 no baseline,
@@ -412,8 +384,8 @@ def _named(label: str, fn: Callable[..., Any], *args: Any) -> Any:
 def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float | None],
            label: str, *, allow_env_mismatch: bool, results_path: str | None, env_note: str,
            failures: list[dict[str, str]] | None = None) -> Verdict:
-    """:func:`check` after its input checks; ``failures`` given: those of the runs of a
-    baseline update (the missing-row rule left out), else :func:`kernel_failures` here."""
+    """:func:`check` after its input checks; ``failures``: a baseline update's (without the
+    missing-row rule), else :func:`kernel_failures` here."""
     path = _named(label, bl.baseline_path, baseline_dir, results)
     base = bl.load(path)
     st, notes = _settings(base.get("gate") if base else None, given, f"baseline {path}")
@@ -467,8 +439,7 @@ def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float |
     if verdict.env_differences:
         verdict.warnings.append(f"{env_note} ({_fields(verdict.env_differences)})")
     primary, secondary, warnings = _compare_all(samples, base, st)
-    # A record with a reference twin is judged by the pair; its comparison with the committed
-    # baseline is kept for the reader (drift over many commits), never failing.
+    # a record with a twin is judged by the pair; its baseline comparison is shown only
     verdict.comparisons = [c for c in primary if c.record not in paired]
     verdict.against_baseline = [c for c in primary if c.record in paired]
     verdict.secondary = secondary
@@ -486,10 +457,8 @@ def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float |
 
 def _decide(verdict: Verdict, unjudged: list[str] | None = None,
             unjudged_status: str = "no-baseline") -> Verdict:
-    """Status and exit code from the deciding comparisons (paired, and the committed
-    baseline's for records without a twin). A regression decides; else rows left unjudged
-    (no twin, and no usable baseline) give ``unjudged_status``; none compared at all: the
-    verdict stays "no-baseline"."""
+    """Status and exit code: any regression decides; else unjudged rows (no twin, no usable
+    baseline) give ``unjudged_status``; nothing compared stays "no-baseline"."""
     if verdict.regressions:
         verdict.status, verdict.exit_code = "regression", ExitCode.REGRESSION
     elif unjudged:
@@ -519,15 +488,11 @@ def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir
                     ) -> Verdict:
     """Make ``results`` the baseline for its GPU and problem; append it to the history.
 
-    ``results`` may be a list of runs of one environment (best: each in its own process),
-    pooled by :func:`flashrepro_harness.gate.baseline.pool` into one baseline.
-
-    The previous baseline's history is kept unchanged and one entry (date, git commit,
-    software, median ratio and µs per record) is appended. When a previous baseline exists,
-    the returned verdict carries the comparison with it (for information; any environment
-    difference is listed). Settings are the arguments, else the previous baseline's, else the
-    defaults, and are stored in the new baseline. The file is written atomically
-    (:func:`flashrepro_harness.gate.baseline.write`); ``baseline_dir`` is created if missing.
+    ``results`` may be a list of runs of one environment, pooled
+    (:func:`flashrepro_harness.gate.baseline.pool`). The history is kept and one entry appended;
+    the verdict carries the comparison with the previous baseline, for information. Settings:
+    the arguments, else the previous baseline's, else the defaults; stored. Written atomically;
+    ``baseline_dir`` is created if missing.
 
     Returns:
         A :class:`Verdict` with status ``baseline-updated`` and exit code 0; or, when a run has

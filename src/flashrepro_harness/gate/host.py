@@ -1,13 +1,10 @@
 """Host cost under the gate: each record's host and eager µs per call, shown, never gated.
 
-``reproduce`` records ``host_us`` (CPU time to issue one call with the GPU kept busy) and
-``eager_us`` (wall time per call of calls back to back) for every kernel it timed
-(:func:`flashrepro_harness.bench.timing.host_and_eager_rounds`). Host time moves with the CPU, its
-clock, the Python build and whatever else runs on the machine, and one run gives a single median,
-not per-round samples, so it cannot carry the gate's statistical rule. The rule here is for warnings
-only: a record's host µs warns when it is more than :data:`WARN_FACTOR` times the baseline's
-**and** more than :data:`WARN_ABS_US` µs above it, both, so neither a few µs of jitter on a
-fast call nor a relative swing on a slow one raises it (docs/gate.md, "Host cost").
+``host_us`` and ``eager_us``: :func:`flashrepro_harness.bench.timing.host_and_eager_rounds`. Host
+time moves with the CPU and its load, and a run gives one median, not per-round samples, so it
+cannot carry the statistical rule. A record warns when its host µs is more than
+:data:`WARN_FACTOR` times the baseline's **and** more than :data:`WARN_ABS_US` µs above it
+(docs/gate.md, "Host cost").
 """
 
 from __future__ import annotations

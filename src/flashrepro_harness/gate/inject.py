@@ -1,19 +1,12 @@
 """Test hook: make every flashrepro call slower by a calibrated fraction (gate experiments).
 
-``FLASHREPRO_INJECT_SLOWDOWN=0.05`` asks the benchmark harness to append, after every call of a
-flashrepro record, a GPU busy-wait (``torch.cuda._sleep(cycles)``) on the same stream, so it
-lies inside the timed interval. ``cycles`` is calibrated on the GPU so that the call takes 5 %
-of its median longer than with the hook at 0; the fraction actually reached is measured and
-reported. The busy-wait counts SM clock cycles, so the injected time follows the SM clock as the
-(compute-bound) kernel does and the fraction holds when clocks move.
-
-``FLASHREPRO_INJECT_SLOWDOWN=0`` keeps the hook with an empty busy-wait (one more kernel on the
-stream, a fixed ~1-3 µs): a detection experiment measures its baseline with the hook at 0, so
-the slowed runs differ from it by exactly the calibrated busy-wait. Unset: no hook at all.
-
-This is a timing-level injection, not a change to the kernel's code: it tests the gate's
-statistics at exact slowdowns (3 %, 5 %), which a kernel change (e.g. a worse ``num_stages``,
-+19 % on the H200) cannot dial in.
+``FLASHREPRO_INJECT_SLOWDOWN=0.05`` appends to every call of a flashrepro record a GPU busy-wait
+(``torch.cuda._sleep(cycles)``) on the same stream, inside the timed interval, with ``cycles``
+calibrated so the call's median grows 5 % over the hook at 0; the fraction reached is measured
+and reported. The busy-wait counts SM cycles, so it follows the clock as the kernel does.
+``=0`` keeps an empty busy-wait (a fixed cost, so a baseline taken with it differs from slowed
+runs by the calibrated wait alone); unset: no hook. It dials in exact slowdowns, which a kernel
+change cannot.
 """
 
 from __future__ import annotations
@@ -29,21 +22,14 @@ from flashrepro_harness.bench.timing import interleaved_rounds
 
 ENV_VAR = "FLASHREPRO_INJECT_SLOWDOWN"
 PROBE_CYCLES = 100_000
-"""Busy-wait used to measure µs per cycle: ~50 µs at 2 GHz, as long as the kernel itself."""
+"""Busy-wait that measures µs per cycle (~50 µs at 2 GHz, a kernel's length)."""
 
 
 @dataclass(frozen=True)
 class Injection:
-    """A calibrated slowdown.
-
-    Attributes:
-        fraction: requested slowdown (0.05 = 5 %).
-        cycles: busy-wait length appended to each call, SM clock cycles.
-        base_us: median per-call time with the hook at 0, µs.
-        us_per_cycle: busy-wait µs per cycle, measured.
-        measured_fraction: slowdown measured with ``cycles``, against the hook at 0 (median of
-            per-round ratios - 1).
-    """
+    """A calibrated slowdown: requested ``fraction`` (0.05 = 5 %), busy-wait ``cycles`` (SM
+    clock), ``base_us`` (median µs per call at 0), ``us_per_cycle`` and ``measured_fraction``
+    (median per-round ratio to the hook at 0, minus 1)."""
 
     fraction: float
     cycles: int
@@ -100,12 +86,10 @@ def calibrate(fn: Callable[[], object], fractions: tuple[float, ...], *, rounds:
               calls_per_round: int = 10) -> dict[float, Injection]:
     """Busy-wait lengths that slow ``fn`` by each of ``fractions``; measured, on the GPU.
 
-    Three interleaved measurements (:func:`flashrepro_harness.bench.timing.interleaved_rounds`),
-    each against the hook at 0: a probe busy-wait gives µs per cycle and a first length per
-    fraction; measuring those, each length is scaled by requested / measured (short
-    busy-waits add less than cycles / clock: on an H200 a first pass reached 2.57 % for 3 % and
-    4.67 % for 5 %, ``reproduce/results/nvidia-h200/gate_experiment.md``); the last measurement
-    gives the fraction reached, reported.
+    Three interleaved measurements, each against the hook at 0: a probe gives µs per cycle and
+    a first length per fraction; each length is then scaled by requested / measured (short
+    busy-waits add less than cycles / clock: ``reproduce/results/nvidia-h200/gate_experiment.md``);
+    the last gives the fraction reached.
 
     Raises:
         ValueError: a fraction outside [0, 1).
@@ -132,10 +116,9 @@ def apply_from_env(fns: dict[str, Callable[[], object]], records: tuple[str, ...
                    ) -> tuple[dict[str, Callable[[], object]], dict[str, Injection]]:
     """The harness's hook: wrap ``records`` of ``fns`` as ``FLASHREPRO_INJECT_SLOWDOWN`` asks.
 
-    Returns ``(fns, injections)``: ``fns`` unchanged and ``{}`` when the variable is unset;
-    otherwise each named record followed by its calibrated busy-wait, and the
-    :class:`Injection` of each (to record in the results JSON, so a slowed run is never
-    mistaken for a real one).
+    Returns ``(fns, injections)``: unchanged and ``{}`` when the variable is unset; else each
+    named record followed by its busy-wait, and each :class:`Injection` (recorded in the
+    results, so a slowed run is never mistaken for a real one).
     """
     fraction = requested(environ)
     if fraction is None:

@@ -1,6 +1,5 @@
-"""The rules a file must follow before the gate reads a number from it: results JSON and
-baselines. A breach is a refusal (:mod:`flashrepro_harness.gate.refusals`, exit 4) whose
-message names the file and the rule, never a traceback (docs/gate.md)."""
+"""The rules a results JSON or baseline must follow before the gate reads a number from it. A
+breach is a refusal (exit 4) naming the file and the rule, never a traceback (docs/gate.md)."""
 
 from __future__ import annotations
 
@@ -14,8 +13,8 @@ from flashrepro_harness.gate.stats import MAX_ROUNDS
 from flashrepro_harness.results import COMPLETE, RESULTS_SCHEMA
 
 MAX_FILE_BYTES = 32 * 2**20
-"""Largest results or baseline file read (a reproduce.json is about 230 kB, one at
-:data:`~flashrepro_harness.gate.stats.MAX_ROUNDS` rounds about 25 MB)."""
+"""Largest results or baseline file read (about 25 MB at
+:data:`~flashrepro_harness.gate.stats.MAX_ROUNDS` rounds)."""
 BASELINE_SCHEMA = "flashrepro.baseline/1"
 PROBLEM_TYPES = {"batch": int, "heads": int, "seqlen_q": int, "seqlen_k": int, "head_dim": int,
                  "dtype": str, "causal": bool}
@@ -31,12 +30,7 @@ def is_number(value: Any) -> bool:
 
 
 def read_json(path: Path, label: str, error: type[Refused] = ResultsError) -> Any:
-    """The JSON value in ``path``.
-
-    Args:
-        path: the file.
-        label: how messages name it (``"--results PATH"``).
-        error: the refusal raised.
+    """The JSON value in ``path``; ``label`` names it in messages (``"--results PATH"``).
 
     Raises:
         Refused: (``error``) the file cannot be read, holds more than :data:`MAX_FILE_BYTES`,
@@ -84,8 +78,7 @@ def _check_problem(problem: dict[str, Any], refuse: Any) -> None:
 
 
 def check_results(data: Any, label: str) -> dict[str, Any]:
-    """``data`` (a parsed results file) if it follows the rules the gate reads it by, else a
-    refusal.
+    """``data`` (a parsed results file) if it follows the rules, else a refusal.
 
     The rules: an object of schema ``flashrepro.results/1`` and kind ``reproduce``, with the
     completion marker (``"complete": true``), ``env`` and ``problem`` objects (the problem's

@@ -1,10 +1,6 @@
 """The gate experiment's measurement: kernels of one problem in interleaved rounds, as a results
-dict in the reproduce format (``DESIGN.md``, "Results JSON").
-
-Unlike ``flashrepro_harness.bench.reproduce.measure`` (which builds its callables from names), this
-takes the callables, so the experiment can wrap flashrepro's in the slowdown test hook
-(:mod:`flashrepro_harness.gate.inject`); the kernels themselves come from
-:mod:`flashrepro_harness.bench.impls`.
+dict in the reproduce format (docs/design.md, "File formats"). It takes callables, so
+flashrepro's can be wrapped in the slowdown test hook (:mod:`flashrepro_harness.gate.inject`).
 """
 
 from __future__ import annotations
@@ -50,25 +46,20 @@ def measure(fns: dict[str, Callable[[], object]], problem: dict[str, Any], *, ro
     dict.
 
     Args:
-        fns: record name -> zero-argument callable (see :func:`kernels`).
+        fns: record name -> zero-argument callable (:func:`kernels`).
         problem: the problem dict stored in the results.
-        rounds: interleaved rounds (>= 1).
-        calls_per_round: timed calls per kernel and round; a round's value is their median.
+        rounds, calls_per_round: interleaved rounds (>= 1); a round's value is the median of
+            its calls.
         env: environment block; default :func:`flashrepro_harness.env.capture` now.
-        seed: the seed :func:`kernels` made the inputs with: each output is checked against
-            float32 attention on those inputs (:func:`flashrepro_harness.bench.impls.
-            output_errors`; callables on other inputs read as wrong, and the gate fails them).
+        seed: the seed :func:`kernels` made the inputs with; outputs are checked against
+            float32 attention on those inputs (callables on other inputs read as wrong).
 
-    With ``FLASHREPRO_INJECT_SLOWDOWN`` set, the flashrepro records are slowed by the test
-    hook (:func:`flashrepro_harness.gate.inject.apply_from_env`) and the results carry
-    ``"injection"``.
+    With ``FLASHREPRO_INJECT_SLOWDOWN`` set, flashrepro records are slowed by the test hook and
+    the results carry ``"injection"``.
 
     Returns:
-        ``{"schema", "kind", "env", "clocks_before", "clocks_after", "problem", "method",
-        "records"}`` (+ ``"injection"``); each record holds ``round_medians_us`` (µs),
-        ``median_us``, ``q25_us``, ``q75_us`` (quartiles of the round medians), ``tflops``,
-        ``ratio_vs_torch_flash`` (median of per-round ratios, when torch-flash was timed),
-        ``max_abs_err`` and ``tolerance``; ``"complete": true``.
+        A complete results dict in the reproduce format, with ``clocks_before`` and
+        ``clocks_after``.
 
     Raises:
         flashrepro_harness.bench.impls.KernelFailed: a callable raised in the output check.

@@ -1,6 +1,5 @@
-"""The gate's exit codes, and the refusals: input it will not judge, each an exception that
-carries its exit code and a message naming the file and the rule it breaks (docs/gate.md,
-"Exit codes and refusals")."""
+"""The gate's exit codes and refusals: input it will not judge raises an exception carrying its
+exit code and naming the file and the rule (docs/gate.md, "Exit codes and refusals")."""
 
 from __future__ import annotations
 

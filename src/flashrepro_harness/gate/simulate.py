@@ -5,18 +5,14 @@ Noise model of one run (per-round medians, µs): kernel k in round r of run j is
 
     mean_k · machine_j · drift_j(r) · (1 + slowdown_k) · offset_kj · (1 + round_cv · e_kr)
 
-* ``machine_j`` ~ 1 + N(0, machine_cv): the machine's state in that run (clocks, power),
-  shared by all kernels; ``drift_j(r)`` = 1 + drift · sin(2π r / R + φ_j): a slow clock or
-  thermal drift within the run, shared by the kernels of a round. Both cancel in the ratio.
-* ``offset_kj`` ~ 1 + N(0, ratio_cv) for flashrepro records (1 for torch-flash): run-to-run
-  change of flashrepro's speed relative to torch that the ratio does not cancel (memory
-  placement, process state). It is what the threshold must absorb.
-* ``e_kr``: Student-t with ``tail_df`` degrees of freedom scaled to unit variance: per-round
-  noise with heavy tails (occasional outlier rounds).
+* ``machine_j`` ~ 1 + N(0, machine_cv) (clocks, power) and ``drift_j(r)`` = 1 + drift ·
+  sin(2π r / R + φ_j) (drift within the run) are shared by all kernels and cancel in the ratio.
+* ``offset_kj`` ~ 1 + N(0, ratio_cv) for flashrepro records (1 for torch-flash): the run-to-run
+  offset the ratio does not cancel, which the threshold must absorb.
+* ``e_kr``: Student-t with ``tail_df`` degrees of freedom at unit variance (outlier rounds).
 
-Means are the article config's on an H200 (``docs/article.md``: plain Triton kernel
-47 µs, torch flash backend 61 µs). Run ``python -m flashrepro_harness.gate.simulate`` for the table
-in lab/2026-11-29-gate-false-alarms/.
+Means: the article config on an H200 (docs/article.md, "Measured here"). ``python -m
+flashrepro_harness.gate.simulate`` prints the table of lab/2026-11-29-gate-false-alarms/.
 """
 
 from __future__ import annotations
@@ -133,11 +129,9 @@ def flag_counts(*, slowdowns: tuple[float, ...], round_cvs: tuple[float, ...], r
                 ) -> list[dict[str, Any]]:
     """How often the gate flags the ``flashrepro`` record, per (round noise, true slowdown).
 
-    For each round noise level, ``baselines`` baselines are drawn, each pooled from
-    ``baseline_runs`` runs (:func:`flashrepro_harness.gate.baseline.pool`); each is compared with
-    ``runs_per_baseline`` fresh runs per slowdown (as the GPU experiment does with one
-    baseline). Each cell: runs, runs flagged, and the worst set of one baseline's runs: the
-    most flagged for slowdown 0 (false alarms), the fewest for a real slowdown (misses).
+    Per noise level, ``baselines`` baselines (each pooled from ``baseline_runs`` runs) are each
+    compared with ``runs_per_baseline`` fresh runs per slowdown. Each row: runs, runs flagged,
+    and the worst baseline's count (most flagged at slowdown 0, fewest otherwise).
     """
     rng = np.random.default_rng(seed)
     out = []
