@@ -233,13 +233,15 @@ def test_case5_results_of_another_problem_are_refused(good: dict[str, Any],
 
 def test_case7_a_baseline_write_cut_short_leaves_the_old_file(good: dict[str, Any],
                                                               tmp_path: Path) -> None:
-    """Under a 32 KiB file-size limit the 69,690-byte baseline was cut to 32,768 bytes and
-    lost its history. Written atomically, the old file stays whole, and the refusal is exit 4
+    """Under a 32 KiB file-size limit a plain write cut the committed baseline to 32,768 bytes
+    and lost its history. Written atomically, the old file stays whole, and the refusal is exit 4
     with a message."""
     bdir = tmp_path / "baselines"
     shutil.copytree(BASELINES, bdir)
     target = bdir / BASELINE_FILE.relative_to(BASELINES)
     before = target.read_bytes()
+    entries = len(json.loads(before)["history"])
+    assert len(before) > 32768 and entries > 1, "the fixture must outgrow the limit"
     results = _write(tmp_path / "r.json", good)
     child = textwrap.dedent("""
         import resource, signal, sys
@@ -253,7 +255,7 @@ def test_case7_a_baseline_write_cut_short_leaves_the_old_file(good: dict[str, An
          "--baseline-dir", str(bdir)], capture_output=True, text=True, timeout=600,
         env={**os.environ, "PYTHONPATH": str(REPO / "src"), "PYTHONDONTWRITEBYTECODE": "1"})
     assert target.read_bytes() == before
-    assert len(json.loads(target.read_text())["history"]) == 9
+    assert len(json.loads(target.read_text())["history"]) == entries
     assert [p.name for p in target.parent.iterdir()] == [target.name], "a temporary file left"
     assert proc.returncode == 4, proc.stderr
     assert "Traceback" not in proc.stderr and str(target.parent) in proc.stderr
