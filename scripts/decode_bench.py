@@ -137,11 +137,11 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
             q, k, v, used, causal=True, scale=None, enable_gqa=True, num_splits=num_splits,
             return_lse=False, config=config)[0]
 
-    auto = launch_varlen.num_kv_splits(  # one row block: G·L_q = 2 rows
-        b * H_KV, triton.cdiv(l_k, launch_varlen.decode_config(D).block_n),
-        torch.cuda.get_device_properties(0).multi_processor_count)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    chosen = launch_varlen.decode_config(D, b * H_KV, sms)  # one row block: G·L_q = 2 rows
+    auto = launch_varlen.num_kv_splits(b * H_KV, l_k, chosen.block_n, sms)
     outputs["flashrepro"] = frepro()
-    notes["flashrepro"] = f"{auto} splits, {launch_varlen.decode_config(D)}"
+    notes["flashrepro"] = f"{auto} splits, {chosen}"
     for s in splits:
         outputs[f"flashrepro splits={s}"] = frepro(num_splits=s)
     for label in configs:  # BLOCK_NxWARPSxSTAGES, optionally /SPLITS

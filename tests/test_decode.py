@@ -171,25 +171,29 @@ def test_bad_input_is_refused_by_name(bad: dict, error: type, match: str,
         flashrepro.attention_kvcache(q, k, v, used, **args)
 
 
-def test_split_count_fills_whole_waves() -> None:
-    """The split choice (shapes only): one split once the grid fills 80 % of a wave or the
-    cache has at most 4 key blocks; at most MAX_SPLITS and the key blocks; else, where
-    splitting can give two waves or more, a grid whose waves are at least 70 % full on
-    average (132 SMs, waves of 132·RESIDENT_PROGRAMS; only counts that change the blocks per
-    split are taken, so not every wave count is reachable)."""
-    choose = launch_varlen.num_kv_splits
-    slots = 132 * launch_varlen.RESIDENT_PROGRAMS
-    assert choose(slots, 512, 132) == choose(int(0.8 * slots) + 1, 512, 132) == 1
-    assert choose(8, 4, 132) == 1
-    # 16 key blocks: eligible counts 1, 2, 3, 4, 6, 8, 16; 8·16 programs are the best < 1 wave
-    assert choose(8, 16, 132) == 16
-    for programs in range(1, int(0.8 * slots)):
-        for key_blocks in (5, 64, 512, 4096):
-            splits = choose(programs, key_blocks, 132)
-            assert 1 <= splits <= min(launch_varlen.MAX_SPLITS, key_blocks)
-            waves = programs * splits / slots
-            if programs * min(launch_varlen.MAX_SPLITS, key_blocks) >= 2 * slots:
-                assert waves / -(-waves // 1) >= 0.7, (programs, key_blocks, splits)
+def test_split_count_gives_one_program_per_sm() -> None:
+    """The split choice (shapes only): num_SMs // programs splits, at most MAX_SPLITS and the
+    key blocks; two for a grid of one to two programs per SM over a long cache; one beyond."""
+    choose, long = launch_varlen.num_kv_splits, launch_varlen.LONG_CACHE_KEYS
+    assert choose(8, 32768, 64, 132) == 16  # B=1, H_kv=8: 128 programs
+    assert choose(8, 1024, 64, 132) == 16 and choose(8, 512, 64, 132) == 8  # key blocks cap
+    assert choose(128, long - 1, 64, 132) == 1 and choose(128, long, 64, 132) == 2
+    assert choose(264, 32768, 128, 132) == 1 and choose(512, 32768, 128, 132) == 1
+    assert choose(1, 1 << 20, 64, 1000) == launch_varlen.MAX_SPLITS
+    for programs in range(1, 600, 7):
+        for seqlen_k in (1, 63, 4096, 32768):
+            splits = choose(programs, seqlen_k, 64, 132)
+            assert 1 <= splits <= min(launch_varlen.MAX_SPLITS, -(-seqlen_k // 64))
+            assert programs * splits <= max(132, 2 * programs), (programs, seqlen_k, splits)
+
+
+def test_decode_tiles_follow_the_grid() -> None:
+    """128-key tiles once the grid holds two programs per SM, 64-key tiles below, 32 above
+    D = 128."""
+    cfg = launch_varlen.decode_config
+    assert cfg(128, 264, 132) == launch_varlen.DecodeConfig(128, 4, 2)
+    assert cfg(128, 263, 132) == launch_varlen.DecodeConfig(64, 4, 3)
+    assert cfg(256, 10_000, 132) == launch_varlen.DecodeConfig(32, 4, 2)
 
 
 @pytest.mark.parametrize("kernel,lengths", [

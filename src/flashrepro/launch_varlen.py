@@ -38,9 +38,9 @@ MAX_GRID_YZ = 65535
 blocks of a varlen launch)."""
 DECODE_MAX_BLOCK_M = 64
 """The largest decode tile: G·Lq packed rows beyond it take more row blocks."""
-RESIDENT_PROGRAMS = 3
-"""Decode programs one SM runs at once at D <= 128 (each 70 KiB of sm_90's 227 KiB of shared
-memory, 138 registers per thread): a wave of the grid is num_SMs·RESIDENT_PROGRAMS programs."""
+LONG_CACHE_KEYS = 4096
+"""From this many keys in the cache a grid of one to two programs per SM splits the keys in
+two (:func:`num_kv_splits`)."""
 MAX_SPLITS = 128
 """The most key splits :func:`num_kv_splits` picks."""
 COMBINE_BLOCK_S = 16
@@ -62,10 +62,15 @@ class DecodeConfig:
     num_stages: int
 
 
-def decode_config(head_dim: int) -> DecodeConfig:
-    """The decode launch for a head dim: 64-key steps, 4 warps, 3 stages up to D = 128 (two
-    (64, 128) K and V tiles per stage, 96 KiB in bf16); 32 keys and 2 stages above."""
-    return DecodeConfig(64, 4, 3) if head_dim <= 128 else DecodeConfig(32, 4, 2)
+def decode_config(head_dim: int, programs: int, num_sms: int) -> DecodeConfig:
+    """The decode launch for a head dim and a grid of ``programs`` (B·H_kv·row blocks, before
+    splits) on ``num_sms`` SMs. Up to D = 128: 128-key steps with 2 stages once the grid holds
+    two programs per SM, else 64-key steps with 3 (two (64, 128) K and V tiles per stage, 96
+    KiB in bf16); above D = 128, 32 keys and 2 stages. Chosen from a sweep of tiles and
+    split counts on the H200 (lab/2026-12-02-split-kv-decode/)."""
+    if head_dim > 128:
+        return DecodeConfig(32, 4, 2)
+    return DecodeConfig(128, 4, 2) if programs >= 2 * num_sms else DecodeConfig(64, 4, 3)
 
 
 def varlen_config(head_dim: int) -> KernelConfig:
@@ -78,30 +83,23 @@ def varlen_config(head_dim: int) -> KernelConfig:
 
 
 @functools.cache
-def num_kv_splits(programs: int, key_blocks: int, num_sms: int) -> int:
+def num_kv_splits(programs: int, seqlen_k: int, block_n: int, num_sms: int) -> int:
     """Key splits of a decode launch, from shapes only (never from ``seqused_k``'s values,
-    which would be a host sync): FlashAttention's split-KV heuristic (``num_splits_heuristic``
-    in FA2/FA3's ``flash_api.cpp``) on waves of num_SMs·:data:`RESIDENT_PROGRAMS` programs.
+    which would be a host sync).
 
-    ``programs`` is B·H_kv·(row blocks), the grid without splits; ``key_blocks`` is
-    cdiv(L_max, BLOCK_N). One split when the grid already fills 80 % of a wave or the cache
-    holds at most 4 key blocks; else, among the counts up to min(:data:`MAX_SPLITS`,
-    key_blocks) that change the blocks per split, the smallest whose wave efficiency (waves
-    over whole waves started) is within 85 % of the best. The kernel then divides each
-    sequence's own key blocks between the splits.
+    ``programs`` is B·H_kv·(row blocks), the grid without splits; ``seqlen_k`` the cache's
+    L_max. One program per SM: num_SMs // programs splits, at most :data:`MAX_SPLITS` and
+    cdiv(L_max, block_n); a grid of one to two programs per SM over at least
+    :data:`LONG_CACHE_KEYS` keys takes two. Fewer splits than FlashAttention's wave rule
+    (``num_splits_heuristic`` in FA2/FA3's ``flash_api.cpp``): on the H200 each split's merge
+    and cold start cost more than a wave's tail (lab/2026-12-02-split-kv-decode/). The kernel
+    divides each sequence's own key blocks between the splits.
     """
-    slots = num_sms * RESIDENT_PROGRAMS
-    if programs >= 0.8 * slots or key_blocks <= 4:
-        return 1
-
-    def efficiency(splits: int) -> float:
-        waves = programs * splits / slots
-        return waves / math.ceil(waves)
-
-    counts = [s for s in range(1, min(MAX_SPLITS, key_blocks) + 1)
-              if s == 1 or triton.cdiv(key_blocks, s) != triton.cdiv(key_blocks, s - 1)]
-    best = max(efficiency(s) for s in counts)
-    return next(s for s in counts if efficiency(s) >= 0.85 * best)
+    key_blocks = triton.cdiv(seqlen_k, block_n)
+    splits = max(1, num_sms // programs)
+    if splits == 1 and programs < 2 * num_sms and seqlen_k >= LONG_CACHE_KEYS:
+        splits = 2
+    return max(1, min(splits, MAX_SPLITS, key_blocks))
 
 
 # -- input rules --
@@ -264,7 +262,11 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if lse is not None:
             lse.fill_(float("-inf"))
         return o, lse
-    cfg = config or decode_config(d)
+    kv_group = h // h_kv
+    block_m = min(DECODE_MAX_BLOCK_M, max(16, triton.next_power_of_2(kv_group * lq)))
+    row_blocks = triton.cdiv(kv_group * lq, block_m)
+    num_sms = _gpu_facts(q.device)["num_sms"]
+    cfg = config or decode_config(d, b * h_kv * row_blocks, num_sms)
     block_d = max(16, triton.next_power_of_2(d))
     # Head-dim offsets are int32, and K and V share one set of int32 tile offsets.
     if not fits_int32(q, (3, block_d)):
@@ -274,11 +276,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if k.stride() != v.stride() or not all(
             fits_int32(t, (2, cfg.block_n), (3, block_d)) for t in (k, v)):
         k, v = k.contiguous(), v.contiguous()
-    kv_group = h // h_kv
-    block_m = min(DECODE_MAX_BLOCK_M, max(16, triton.next_power_of_2(kv_group * lq)))
-    row_blocks = triton.cdiv(kv_group * lq, block_m)
-    splits = num_splits or num_kv_splits(b * h_kv * row_blocks, triton.cdiv(l_max, cfg.block_n),
-                                         _gpu_facts(q.device)["num_sms"])
+    splits = num_splits or num_kv_splits(b * h_kv * row_blocks, l_max, cfg.block_n, num_sms)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if splits == 1:  # the kernel writes the final output: split strides 0
         o_dst, o_strides = o_kernel, (*o_kernel.stride()[:3], 0, o_kernel.stride(3))
