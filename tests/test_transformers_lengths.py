@@ -521,8 +521,7 @@ def test_varlen_kwargs_must_come_together() -> None:
 @pytest.mark.gpu
 @pytest.mark.parametrize("cache", ["none", "dynamic", "static"])
 def test_padded_logits_match_sdpa_bf16_gpu(cache: str) -> None:
-    compare_padded(torch.device("cuda"), torch.bfloat16, small_config(), 4, 300, cache,
-                   PATTERNS if cache == "none" else ("none", "left"))
+    compare_padded(torch.device("cuda"), torch.bfloat16, small_config(), 4, 300, cache)
 
 
 @pytest.mark.gpu
@@ -567,7 +566,7 @@ def test_greedy_tokens_agree_with_sdpa_math_as_often_as_sdpa_backends() -> None:
     eager (DynamicCache) and frepro compiled (StaticCache: generate() compiles the decode step
     with mode="reduce-overhead", CUDA graphs) must agree at least as often as the less
     agreeing backend, less two standard errors of that backend's rate (the rates are means of
-    32 per-sequence fractions)."""
+    32 per-sequence fractions) or one sequence's worth (1/32), whichever is larger."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     seed = fresh_seed()
     device = torch.device("cuda")
@@ -593,7 +592,7 @@ def test_greedy_tokens_agree_with_sdpa_math_as_often_as_sdpa_backends() -> None:
     mean = {k: sum(v) / len(v) for k, v in {**peers, **ours}.items()}
     worst = min(peers, key=lambda k: mean[k])
     spread = torch.tensor(peers[worst], dtype=torch.float64)
-    margin = 2 * spread.std().item() / math.sqrt(len(spread))
+    margin = max(2 * spread.std().item() / math.sqrt(len(spread)), 1 / len(spread))
     print(f"greedy agreement with sdpa math: {mean}")
     for cache in ours:
         assert mean[cache] >= mean[worst] - margin, f"seed {seed}: {mean} (margin {margin:.3f})"

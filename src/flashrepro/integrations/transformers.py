@@ -140,8 +140,9 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
     """
     use_vmap = bool(kwargs.get("use_vmap", False))
     device = kwargs.get("device")
-    if device is None and attention_mask is not None:
-        device = attention_mask.device
+    for source in (attention_mask, q_offset):
+        if device is None and isinstance(source, torch.Tensor):
+            device = source.device
     bidirectional = mask_function is bidirectional_mask_function
     if not bidirectional and mask_function is not causal_mask_function:
         if not _is_packed_term(mask_function, use_vmap):

@@ -62,8 +62,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "compile run) into one table")
     gen = parser.add_argument_group(
         "generate() benchmark", "greedy generation after a prompt without padding: prefill "
-        "and decode tokens/s; ~6 minutes on an H200 with the defaults (most of it compiling "
-        "the static mode's decode step, once per implementation and B)")
+        "and decode tokens/s; the defaults aim at about 6 minutes on an H200, most of it "
+        "compiling the static mode's decode step (once per implementation and B)")
     gen.add_argument("--generate", action="store_true",
                      help="run the generate() benchmark instead of the prefill one")
     gen.add_argument("--gen-modes", type=_csv(GEN_MODES), default=list(GEN_MODES),
