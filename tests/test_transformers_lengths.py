@@ -489,6 +489,39 @@ def test_compiled_static_cache_decode_matches_eager(device: torch.device,
                                msg=f"seed {seed}")
 
 
+def test_generate_compiles_the_static_decode_step_once(device: torch.device) -> None:
+    """generate() with a StaticCache and its own compiled decode step (transformers'
+    CompileConfig; on the CPU backend "aot_eager", fullgraph, allowed on every device): the
+    left-padded batch's spans, built eagerly by generate() each step, enter the compiled step
+    as inputs; one graph serves every step and the scores equal the eager generate()'s."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    seed = fresh_seed()
+    model = build(tiny_config(), seed, device, fr_tf.NAME).half()
+    ids = torch.randint(0, 128, (3, 10), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    am = torch.ones_like(ids)
+    am[1, :4], am[2, :1] = 0, 0
+    config = CompileConfig(backend="aot_eager", mode=None, fullgraph=True)
+    config._compile_all_devices = True
+    out = {}
+    for name, kwargs in (("eager", {"disable_compile": True}), ("compiled",
+                                                                 {"compile_config": config})):
+        torch._dynamo.reset()
+        counters.clear()
+        with torch.inference_mode():
+            out[name] = model.generate(ids, attention_mask=am, max_new_tokens=5,
+                                       do_sample=False, cache_implementation="static",
+                                       output_scores=True, return_dict_in_generate=True,
+                                       **kwargs)
+        graphs = counters["stats"]["unique_graphs"]
+    assert graphs == 1, f"seed {seed}"
+    assert torch.equal(out["eager"].sequences, out["compiled"].sequences), f"seed {seed}"
+    for a, b in zip(out["eager"].scores, out["compiled"].scores, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=f"seed {seed}")
+
+
 def test_compiled_varlen_kwargs_match_eager(device: torch.device) -> None:
     """FlashAttentionKwargs under torch.compile(fullgraph=True): no run-time refusal of the
     restarting position_ids, the eager logits."""
