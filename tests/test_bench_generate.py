@@ -233,16 +233,19 @@ def tiny_models(impls: list[str]) -> dict[str, torch.nn.Module]:
 
 def test_measure_generate_runs_both_modes_on_a_tiny_model(on_the_cpu: Any) -> None:
     """Every mode, B and implementation gives a row with its rounds; the static mode compiles
-    its decode step (fullgraph) and reuses one cache; tokens agree with SDPA's in both modes
-    (fp16 greedy on a tiny model: near-ties aside, equal); a failing variant is an error."""
+    its decode step (fullgraph) and reuses one cache; the reference agrees with itself; an
+    SDPA backend that refuses the static mode's mask is an error found before compiling (no
+    cuDNN on the CPU)."""
     generate = on_the_cpu
-    models = tiny_models(["frepro", "sdpa-flash"])
+    models = tiny_models(["frepro", "sdpa-flash", "sdpa-cudnn"])
     torch._dynamo.reset()
     rows, errors = generate.measure_generate(
         models, ["eager", "static"], [2], prompt=12, new_tokens=4, rounds=2,
-        impls={"eager": ["frepro", "sdpa-flash"], "static": ["frepro", "sdpa-flash"]},
+        impls={"eager": ["frepro", "sdpa-flash"],
+               "static": ["frepro", "sdpa-flash", "sdpa-cudnn"]},
         vocab=128, progress=lambda _: None, device="cpu")
-    assert not errors
+    assert list(errors) == ["static B=2 sdpa-cudnn"] and "boolean mask" in errors[
+        "static B=2 sdpa-cudnn"]
     assert [(r["mode"], r["impl"]) for r in rows] == [
         ("eager", "frepro"), ("eager", "sdpa-flash"), ("static", "frepro"),
         ("static", "sdpa-flash")]

@@ -87,6 +87,25 @@ def skip_reason(impl: str, mode: str) -> str | None:
     return None
 
 
+def sdpa_mask_probe(impl: str, device: str) -> str | None:
+    """Why ``impl``'s pinned SDPA backend cannot take a boolean mask at a decode step's
+    shape (what a static cache's compiled step would hit after minutes of compiling), or
+    None: one small call, bf16 on CUDA (fp16 on the CPU), 16 heads, D = 128."""
+    from torch.nn.attention import sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention as sdpa
+
+    dtype = torch.bfloat16 if device != "cpu" else torch.float16
+    q = torch.zeros((2, 16, 1, 128), dtype=dtype, device=device)
+    k = torch.zeros((2, 16, 40, 128), dtype=dtype, device=device)
+    mask = torch.ones((2, 1, 1, 40), dtype=torch.bool, device=device)
+    try:
+        with sdpa_kernel(build.sdpa_backends(impl)):
+            sdpa(q, k, k, attn_mask=mask)
+    except RuntimeError as exc:
+        return f"the backend refuses a boolean mask at a decode step's shape: {exc}"[:400]
+    return None
+
+
 def _in_backend(call: Callable[..., Any], impl: str) -> Callable[..., Any]:
     """``call`` inside ``impl``'s ``sdpa_kernel`` context (traced with it when compiled)."""
     def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -209,6 +228,11 @@ def measure_generate(models: dict[str, torch.nn.Module], modes: list[str], batch
             runners: dict[str, Generation] = {}
             for impl in impls[mode]:
                 key = f"{mode} B={batch} {impl}"
+                if mode == "static" and impl in GEN_SDPA and (
+                        why := sdpa_mask_probe(impl, device)):
+                    errors[key] = why
+                    progress(f"{key}: left out ({why[:200]})")
+                    continue
                 try:
                     g = Generation(models[impl], impl, mode, prompts[batch], new_tokens)
                     if mode == "static":
