@@ -123,13 +123,13 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
     (:mod:`flashrepro.integrations.key_spans`), which the model passes to every layer's
     :func:`attention_forward` as its ``attention_mask``.
 
-    Returns None (every key valid, the queries the last keys, or a bidirectional pattern
-    without padding: the kernels' ``causal`` flag is the mask; also for L_q <= 16 when the
-    batch holds no padding and the keys need no ``seqused_k``),
-    :class:`~flashrepro.integrations.key_spans.KeyPrefix` (a static cache's prefill, read on
-    the host), :class:`~flashrepro.integrations.key_spans.UsedKeys` (valid keys a prefix of
-    each row, queries last), :class:`~flashrepro.integrations.key_spans.KeySpans` (padding) or
-    :class:`~flashrepro.integrations.key_spans.Packed` (transformers' packed-sequence term).
+    Returns None for L_q > 16 when every key is valid and the queries are the last keys (or
+    the pattern is bidirectional): the kernels' ``causal`` flag is the mask;
+    :class:`~flashrepro.integrations.key_spans.KeyPrefix` for a static cache's prefill read on
+    the host; :class:`~flashrepro.integrations.key_spans.UsedKeys` when each row's valid keys
+    are a prefix ending at its last query (no padding at L_q <= 16, or a static cache not read
+    on the host); :class:`~flashrepro.integrations.key_spans.KeySpans` for padding;
+    :class:`~flashrepro.integrations.key_spans.Packed` for transformers' packed-sequence term.
     When the mask is read on the host and when not: the module docstring.
 
     Raises:
