@@ -4,7 +4,8 @@
 ``nox -s sass``       SASS instruction counts vs the golden file (no GPU needed)
 ``nox -s reproduce``  the article run: timings vs torch (GPU) + SASS table; results JSON
 ``nox -s bench``      the L x D x causal sweep (GPU)
-``nox -s model``      Qwen3-0.6B-shaped prefill tokens/s, eager and compiled (GPU)
+``nox -s model``      Qwen3-0.6B-shaped prefill tokens/s, eager and compiled (GPU);
+                      ``-- --generate``: generate() prefill and decode tokens/s instead
 ``nox -s profile``    Nsight Compute executed counts and memory metrics (GPU + ncu)
 ``nox -s gate``       judge a results JSON (``-- --results PATH``): rows with a reference twin
                       by their ratio to it, the others against the per-GPU baseline; the file
@@ -105,7 +106,9 @@ def bench(session: nox.Session) -> None:
 
 @nox.session
 def model(session: nox.Session) -> None:
-    """Qwen3-0.6B-shaped prefill tokens/s, eager and compiled, vs SDPA and FA4 (GPU)."""
+    """Qwen3-0.6B-shaped prefill tokens/s, eager and compiled, vs SDPA and FA4 (GPU);
+    ``nox -s model -- --generate``: the generate() benchmark (prefill and decode tokens/s,
+    DynamicCache eager and StaticCache compiled, packed-sequence prefill)."""
     _install(session, "plot", "models")
     session.run("python", "-m", "flashrepro_harness", "model", *session.posargs)
 

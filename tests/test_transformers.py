@@ -134,15 +134,24 @@ def test_decode_with_cache_matches_sdpa(device: torch.device) -> None:
     assert err_ours <= bound, f"seed {seed}: {err_ours:.4g} > {bound:.4g}"
 
 
-def test_padding_is_refused(device: torch.device) -> None:
+def test_unpadded_mask_takes_the_equal_length_kernel(device: torch.device,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An all-ones attention_mask is read on the host in eager mode and runs
+    flashrepro.attention, as no mask does; padding runs the varlen kernel."""
+    calls: list[str] = []
+    for name in ("attention", "attention_varlen"):
+        real = getattr(flashrepro, name)
+        monkeypatch.setattr(flashrepro, name,
+                            lambda *a, _n=name, _f=real, **k: calls.append(_n) or _f(*a, **k))
     model = build(small_config(num_hidden_layers=1), fresh_seed(), device, fr_tf.NAME).half()
-    ids = torch.randint(0, 512, (2, 16), device=device)
-    mask = torch.ones(2, 16, dtype=torch.long, device=device)
+    ids = torch.randint(0, 512, (2, 20), device=device)
+    mask = torch.ones(2, 20, dtype=torch.long, device=device)
     with torch.inference_mode():
-        model(ids, attention_mask=mask, use_cache=False)  # all ones: no padding, accepted
+        model(ids, attention_mask=mask, use_cache=False)
+        assert calls == ["attention"]
         mask[1, :4] = 0
-        with pytest.raises(ValueError, match="padding"):
-            model(ids, attention_mask=mask, use_cache=False)
+        model(ids, attention_mask=mask, use_cache=False)
+        assert calls == ["attention", "attention_varlen"]
 
 
 def test_sliding_window_is_refused(device: torch.device) -> None:
@@ -185,12 +194,6 @@ def test_explicit_4d_mask_is_refused() -> None:
     k = torch.zeros(1, 2, 8, 16, dtype=torch.float16)
     with pytest.raises(ValueError, match="explicit attention mask"):
         fr_tf.attention_forward(torch.nn.Module(), q, k, k, torch.zeros(1, 1, 8, 8))
-
-
-def test_static_cache_offsets_are_refused() -> None:
-    with pytest.raises(ValueError, match="last keys"):
-        fr_tf.mask(1, q_length=8, kv_length=64, q_offset=0, kv_offset=0)
-    assert fr_tf.mask(1, q_length=1, kv_length=9, q_offset=8, kv_offset=0) is None
 
 
 def test_integration_traces_fullgraph(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -297,29 +300,13 @@ def assert_within_sdpa_noise(ours: torch.Tensor, sdpa: torch.Tensor, ref: torch.
                                f"2·max|sdpa - fp32| + eps·max|ref| = {bound:.4g}")
 
 
-def _run_time_refusal_inputs(keyword: str, device: torch.device
-                             ) -> tuple[torch.Tensor, torch.Tensor]:
-    """A valid and a refused value of ``keyword`` for a (2, 13) batch: position_ids that count
-    on and ones that restart (packed sequences); an all-ones attention_mask and one with left
-    padding in the second row."""
-    if keyword == "position_ids":
-        packed = torch.cat([torch.arange(5), torch.arange(8)]).to(device).expand(2, 13)
-        return torch.arange(13, device=device).expand(2, 13), packed
-    full = torch.ones(2, 13, dtype=torch.long, device=device)
-    padded = full.clone()
-    padded[1, :4] = 0
-    return full, padded
-
-
-@pytest.mark.parametrize(("keyword", "message"), [("position_ids", "packed sequences"),
-                                                  ("attention_mask", "padding tokens")])
-def test_compiled_run_time_refusals(device: torch.device, keyword: str, message: str) -> None:
+def test_compiled_run_time_refusal_of_packing_by_position(device: torch.device) -> None:
     """Under torch.compile transformers cannot tell whether position_ids restart (packed
-    sequences; it always and-s a packed-sequence term into the causal pattern), and the padding
-    check on attention_mask depends on the data: restarting position_ids or a mask with a False
-    entry must fail at run time by name, never give the logits of an unmasked batch, and a
-    compiled call after the refusal must still give the eager answer (on CUDA a device-side
-    assert would leave the process unusable)."""
+    sequences; it always and-s a packed-sequence term into the causal pattern): restarting
+    position_ids without FlashAttentionKwargs must fail at run time by name, never give the
+    logits of an unpacked batch, and a compiled call after the refusal must still give the
+    eager answer (on CUDA a device-side assert would leave the process unusable)."""
+    keyword, message = "position_ids", "packed sequences"
     torch._dynamo.reset()
     seed = fresh_seed()
     model = build(tiny_config(num_hidden_layers=1), seed, device, fr_tf.NAME).half()
@@ -327,7 +314,8 @@ def test_compiled_run_time_refusals(device: torch.device, keyword: str, message:
                         generator=torch.Generator(device).manual_seed(seed))
     compiled = torch.compile(lambda x, a: model(x, use_cache=False, **{keyword: a}).logits,
                              fullgraph=True, backend="aot_eager")
-    valid, refused = _run_time_refusal_inputs(keyword, device)
+    valid = torch.arange(13, device=device).expand(2, 13)
+    refused = torch.cat([torch.arange(5), torch.arange(8)]).to(device).expand(2, 13)
     with torch.inference_mode():
         want = model(ids, use_cache=False, **{keyword: valid}).logits.float()
         got = compiled(ids, valid).float()
@@ -352,36 +340,6 @@ def test_run_time_check_copies_to_the_host_unless_capturing(monkeypatch: pytest.
     monkeypatch.setattr(torch.Tensor, "cpu", lambda t: torch.ones((), dtype=torch.bool))
     fr_tf._assert_at_run_time(torch.ones((), dtype=torch.bool, device="meta"), "message")
     assert seen == (["meta"] if capturing else ["cpu"])
-
-
-def test_padding_is_read_from_the_keys_columns() -> None:
-    """The padding check reads the columns transformers reads for the keys (kv_offset on, a
-    short mask padded with False): a False past the keys' columns is no padding, a mask shorter
-    than the keys is (it took the last L_k columns, so the first case was refused and a short
-    all-ones mask passed under torch.compile)."""
-    ones = torch.ones(2, 14, dtype=torch.bool)
-    trailing = ones.clone()
-    trailing[:, 12:] = False  # columns of no key: kv_length 12 from kv_offset 0
-    assert fr_tf.mask(2, q_length=4, kv_length=12, q_offset=8, attention_mask=trailing) is None
-    with pytest.raises(ValueError, match="padding"):
-        fr_tf.mask(2, q_length=4, kv_length=12, q_offset=8, attention_mask=ones[:, :10])
-    traced = torch.compile(lambda m: fr_tf.mask(2, q_length=4, kv_length=12, q_offset=8,
-                                                attention_mask=m), fullgraph=True,
-                           backend="aot_eager")
-    torch._dynamo.reset()
-    assert traced(ones[:, :12]) is None
-    with pytest.raises(RuntimeError, match="padding tokens"):
-        traced(ones[:, :10])
-
-
-def test_cross_attention_mask_needs_no_alignment() -> None:
-    """A bidirectional pattern (an encoder, or a decoder's cross-attention onto the encoder)
-    lets every query see every key, wherever the queries sit: L_q != L_k is not refused."""
-    from transformers.masking_utils import bidirectional_mask_function
-    assert fr_tf.mask(2, q_length=1, kv_length=12, mask_function=bidirectional_mask_function,
-                      attention_mask=torch.ones(2, 12, dtype=torch.bool)) is None
-    assert fr_tf.mask(2, q_length=7, kv_length=12, q_offset=3,
-                      mask_function=bidirectional_mask_function) is None
 
 
 def test_encoder_decoder_generate_matches_sdpa(device: torch.device) -> None:
@@ -413,9 +371,10 @@ def test_encoder_decoder_generate_matches_sdpa(device: torch.device) -> None:
     assert_same_greedy_tokens(tokens["sdpa"], tokens[fr_tf.NAME], seed)
 
 
-def assert_same_greedy_tokens(sdpa: object, ours: object, seed: int) -> None:
-    """Greedy sequences equal, up to an fp16 near-tie: where they first differ, SDPA's top-2
-    logit margin must be within 4 fp16 rounding units of the top logit (a tie), else fail."""
+def assert_same_greedy_tokens(sdpa: object, ours: object, seed: int,
+                              dtype: torch.dtype = torch.float16) -> None:
+    """Greedy sequences equal, up to a near-tie: where they first differ, SDPA's top-2 logit
+    margin must be within 4 rounding units of ``dtype`` of the top logit (a tie), else fail."""
     a, b = sdpa.sequences, ours.sequences
     assert a.shape == b.shape, f"seed {seed}"
     start = a.shape[1] - len(sdpa.scores)
@@ -423,7 +382,7 @@ def assert_same_greedy_tokens(sdpa: object, ours: object, seed: int) -> None:
         diff = (a[:, start + t] != b[:, start + t]).nonzero().flatten().tolist()
         for row in diff:
             top2 = scores[row].float().topk(2).values
-            tie = 4 * torch.finfo(torch.float16).eps * top2[0].abs().item()
+            tie = 4 * torch.finfo(dtype).eps * top2[0].abs().item()
             assert (top2[0] - top2[1]).item() <= tie, (
                 f"seed {seed}: row {row} step {t}: {b[row].tolist()} != {a[row].tolist()}")
         if diff:
@@ -477,11 +436,24 @@ def test_chunked_prefill_matches_sdpa(device: torch.device) -> None:
     assert_within_sdpa_noise(outs[fr_tf.NAME], outs["sdpa"], ref, torch.float16, seed)
 
 
-def test_static_cache_generate_is_refused(device: torch.device) -> None:
-    model = build(tiny_config(num_hidden_layers=1), fresh_seed(), device, fr_tf.NAME).half()
-    ids = torch.randint(0, 128, (1, 8), device=device)
-    with torch.inference_mode(), pytest.raises(ValueError, match="unwritten slots"):
-        model.generate(ids, max_new_tokens=2, do_sample=False, cache_implementation="static")
+def test_compiled_padding_matches_eager(device: torch.device) -> None:
+    """A padded batch under torch.compile(fullgraph=True, backend="aot_eager"): the spans are
+    built in the graph, the valid positions' logits equal the eager path's (no run-time
+    refusal, no host read)."""
+    torch._dynamo.reset()
+    seed = fresh_seed()
+    model = build(tiny_config(num_hidden_layers=1), seed, device, fr_tf.NAME).half()
+    ids = torch.randint(0, 128, (2, 13), device=device,
+                        generator=torch.Generator(device).manual_seed(seed))
+    mask = torch.ones(2, 13, dtype=torch.long, device=device)
+    mask[1, :4] = 0
+    compiled = torch.compile(lambda x, a: model(x, attention_mask=a, use_cache=False).logits,
+                             fullgraph=True, backend="aot_eager")
+    with torch.inference_mode():
+        want = model(ids, attention_mask=mask, use_cache=False).logits.float()
+        got = compiled(ids, mask).float()
+    valid = mask.bool()
+    torch.testing.assert_close(got[valid], want[valid], rtol=0, atol=0, msg=f"seed {seed}")
 
 
 @pytest.mark.parametrize("heads,kv_heads", [(4, 1), (4, 4)])

@@ -17,7 +17,10 @@ Modules, one job each:
   the profiled forward;
 - :mod:`~flashrepro_harness.qwen3.classify`: which attention kernel a profiled forward ran;
 - :mod:`~flashrepro_harness.qwen3.tables`: rows, ratios, the table, the plot, ``model.md``,
-  merging runs, the results files.
+  merging runs, the results files;
+- :mod:`~flashrepro_harness.qwen3.generate` and
+  :mod:`~flashrepro_harness.qwen3.generate_tables`: the generate() benchmark (``--generate``:
+  prefill and decode tokens/s, packed-sequence prefill) and its rows, tables and files.
 
 This module holds only the names the others share, so that the command's options load
 without torch.

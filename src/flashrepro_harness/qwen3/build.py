@@ -84,18 +84,32 @@ def fa4_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: tor
     D) tensors; FA4 takes that layout (and GQA, H_kv < H) directly:
     ``flash_attn_func(q, k, v, softmax_scale=..., causal=...)`` returns ``(out, lse)`` with out
     (B, L_q, H, D) (flash-attention ``flash_attn/cute/interface.py``; older versions return
-    out alone). Returns (out, None).
+    out alone). With transformers' ``FlashAttentionKwargs`` (``cu_seq_lens_q``/``_k``,
+    ``max_length_q``/``_k``: packed sequences) the tokens go to ``flash_attn_varlen_func``
+    flattened to (B·L, H, D). Returns (out, None).
 
     Raises:
         ValueError: an attention mask or dropout (the benchmark passes neither).
     """
-    from flash_attn.cute import flash_attn_func
-
     if attention_mask is not None or dropout:
         raise ValueError(f"{FA4_NAME}: the benchmark's FA4 peer takes no mask and no dropout")
     causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    res = flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                          softmax_scale=scaling, causal=query.shape[2] > 1 and bool(causal))
+    q, k, v = (t.transpose(1, 2) for t in (query, key, value))
+    if kwargs.get("cu_seq_lens_q") is not None:
+        from flash_attn.cute import flash_attn_varlen_func
+
+        b, lq, h, d = q.shape
+        res = flash_attn_varlen_func(
+            q.reshape(b * lq, h, d), k.reshape(-1, *k.shape[2:]), v.reshape(-1, *v.shape[2:]),
+            cu_seqlens_q=kwargs["cu_seq_lens_q"], cu_seqlens_k=kwargs["cu_seq_lens_k"],
+            max_seqlen_q=kwargs["max_length_q"], max_seqlen_k=kwargs["max_length_k"],
+            softmax_scale=scaling, causal=bool(causal))
+        out = res[0] if isinstance(res, tuple) else res
+        return out.view(b, lq, h, d), None
+    from flash_attn.cute import flash_attn_func
+
+    res = flash_attn_func(q, k, v, softmax_scale=scaling,
+                          causal=query.shape[2] > 1 and bool(causal))
     return (res[0] if isinstance(res, tuple) else res), None
 
 
@@ -106,12 +120,14 @@ def register_fa4() -> None:
     AttentionInterface.register(FA4_NAME, fa4_attention_forward)
 
 
-def _attn_name(impl: str) -> str:
+def attn_name(impl: str) -> str:
+    """The ``attn_implementation`` name of an implementation of the benchmarks."""
     from flashrepro.integrations import transformers as fr_tf
 
     return {"frepro": fr_tf.NAME, "fa4": FA4_NAME}.get(impl, "sdpa")
 
-SDPA_BACKENDS = {"sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-flash": "FLASH_ATTENTION"}
+SDPA_BACKENDS = {"sdpa-cudnn": "CUDNN_ATTENTION", "sdpa-flash": "FLASH_ATTENTION",
+                 "sdpa-efficient": "EFFICIENT_ATTENTION"}
 """The ``torch.nn.attention.SDPBackend`` member each SDPA implementation is pinned to."""
 
 
@@ -123,7 +139,7 @@ def sdpa_backends(impl: str) -> list[Any] | None:
     return None if name is None else [getattr(SDPBackend, name)]
 
 
-def _context(impl: str) -> contextlib.AbstractContextManager:
+def sdpa_context(impl: str) -> contextlib.AbstractContextManager:
     from torch.nn.attention import sdpa_kernel
 
     backends = sdpa_backends(impl)
@@ -135,10 +151,10 @@ def make_forward(model: torch.nn.Module, impl: str) -> Callable[[torch.Tensor], 
     inside ``impl``'s ``sdpa_kernel`` context. Compiled layers
     (:func:`flashrepro_harness.qwen3.measure.compile_layers`) run
     compiled through it; the rest of the model runs eagerly."""
-    model.set_attn_implementation(_attn_name(impl))
+    model.set_attn_implementation(attn_name(impl))
 
     def forward(input_ids: torch.Tensor) -> torch.Tensor:
-        with _context(impl):
+        with sdpa_context(impl):
             return model(input_ids, use_cache=False).logits
 
     return forward
