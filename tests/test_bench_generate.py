@@ -231,6 +231,7 @@ def tiny_models(impls: list[str]) -> dict[str, torch.nn.Module]:
     return {i: base if i == impls[0] else copy.deepcopy(base) for i in impls}
 
 
+@pytest.mark.interpreter  # frepro on CPU tensors: Triton's interpreter
 def test_measure_generate_runs_both_modes_on_a_tiny_model(on_the_cpu: Any) -> None:
     """Every mode, B and implementation gives a row with its rounds; the static mode compiles
     its decode step (fullgraph) and reuses one cache; the reference agrees with itself; an
@@ -256,6 +257,7 @@ def test_measure_generate_runs_both_modes_on_a_tiny_model(on_the_cpu: Any) -> No
     assert rows[1]["agreement"] == 1.0  # the reference itself
 
 
+@pytest.mark.interpreter  # frepro on CPU tensors: Triton's interpreter
 def test_measure_packed_runs_each_layout(on_the_cpu: Any) -> None:
     generate = on_the_cpu
     models = tiny_models(["frepro", "sdpa-cudnn"])

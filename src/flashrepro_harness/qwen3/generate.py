@@ -200,7 +200,7 @@ def interleave(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, lis
     rotated each round."""
     names = list(runs)
     out: dict[str, list[Any]] = {n: [] for n in names}
-    for r in range(rounds):
+    for r in range(rounds if names else 0):
         for name in names[r % len(names):] + names[:r % len(names)]:
             out[name].append(runs[name]())
     return out
