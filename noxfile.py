@@ -79,7 +79,7 @@ def _install(session: nox.Session, *extras: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """Parity, SASS, gate and error tests; kernels run under the interpreter without a GPU."""
-    _install(session, "test", "models")  # models: tests/test_transformers.py
+    _install(session, "test", "models", "plot")  # models: transformers; plot: the plots' tests
     session.run("pytest", "-n", "auto", *session.posargs)
 
 
