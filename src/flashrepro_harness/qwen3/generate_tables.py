@@ -22,8 +22,11 @@ from typing import Any
 
 from tabulate import tabulate
 
-from flashrepro_harness.results import RESULTS_SCHEMA as SCHEMA
+from flashrepro_harness.qwen3.tables import check_part_header
+from flashrepro_harness.results import RESULTS_SCHEMA
 
+SCHEMA = RESULTS_SCHEMA
+"""The ``schema`` of a ``generate.json`` (the harness's results schema)."""
 GEN_IMPLS = ("frepro", "sdpa-cudnn", "sdpa-flash", "sdpa-efficient", "fa4")
 """Every implementation the generate() benchmark knows, in table order."""
 
@@ -248,23 +251,10 @@ def write_results(out_dir: Path, results: dict[str, Any]) -> None:
         plot(results["rows"], out_dir / "generate.png", caption(results)[:400])
 
 
-MERGE_KEYS = {"env": dict, "model": dict, "method": dict, "rows": list, "errors": dict,
-              "skipped": dict}
-"""Top-level keys of a ``generate.json`` that :func:`merge` reads, with their JSON types."""
-
-
 def _check_part(part: Any, name: str) -> None:
-    if (not isinstance(part, dict) or part.get("schema") != SCHEMA
-            or part.get("kind") != "generate"):
-        got = ((part.get("schema"), part.get("kind")) if isinstance(part, dict)
-               else type(part).__name__)
-        raise ValueError(f"--merge: {name} is not a generate results JSON (schema {SCHEMA!r}, "
-                         f"kind 'generate'; got {got!r})")
-    for key, kind in MERGE_KEYS.items():
-        if not isinstance(part.get(key), kind):
-            raise ValueError(f"--merge: {name} has no {key!r} {kind.__name__}")
-    if not isinstance(part["env"].get("gpu"), dict) or not part["env"]["gpu"].get("key"):
-        raise ValueError(f"--merge: {name} has no env.gpu with a 'key' (a run without a GPU)")
+    """:func:`~flashrepro_harness.qwen3.tables.check_part_header` for a generate results dict,
+    then each row's section keys and mode."""
+    check_part_header(part, name, "generate")
     for n, r in enumerate(part["rows"]):
         need = (("section", "mode", "batch", "impl") if isinstance(r, dict)
                 and r.get("section") == "generate" else ("section", "layout", "impl"))

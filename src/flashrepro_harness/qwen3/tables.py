@@ -209,19 +209,25 @@ MERGE_KEYS = {"env": dict, "model": dict, "method": dict, "rows": list, "errors"
 ROW_KEYS = ("mode", "batch", "seqlen", "impl")
 
 
-def _check_part(part: Any, name: str) -> None:
-    """Raise ValueError naming ``name`` where ``part`` is not a model results dict that
-    :func:`merge` can read (schema, kind, :data:`MERGE_KEYS`, a GPU, rows of known modes)."""
-    if not isinstance(part, dict) or part.get("schema") != SCHEMA or part.get("kind") != "model":
+def check_part_header(part: Any, name: str, kind: str) -> None:
+    """Raise ValueError naming ``name`` where ``part`` is not a results dict of ``kind``
+    (``model`` or ``generate``) that a merge can read: schema, kind, :data:`MERGE_KEYS` and a
+    GPU."""
+    if not isinstance(part, dict) or part.get("schema") != SCHEMA or part.get("kind") != kind:
         got = ((part.get("schema"), part.get("kind")) if isinstance(part, dict)
                else type(part).__name__)
-        raise ValueError(f"--merge: {name} is not a model results JSON (schema {SCHEMA!r}, "
-                         f"kind 'model'; got {got!r})")
-    for key, kind in MERGE_KEYS.items():
-        if not isinstance(part.get(key), kind):
-            raise ValueError(f"--merge: {name} has no {key!r} {kind.__name__}")
+        raise ValueError(f"--merge: {name} is not a {kind} results JSON (schema {SCHEMA!r}, "
+                         f"kind {kind!r}; got {got!r})")
+    for key, type_ in MERGE_KEYS.items():
+        if not isinstance(part.get(key), type_):
+            raise ValueError(f"--merge: {name} has no {key!r} {type_.__name__}")
     if not isinstance(part["env"].get("gpu"), dict) or not part["env"]["gpu"].get("key"):
         raise ValueError(f"--merge: {name} has no env.gpu with a 'key' (a run without a GPU)")
+
+
+def _check_part(part: Any, name: str) -> None:
+    """:func:`check_part_header` for a model results dict, then rows of known modes."""
+    check_part_header(part, name, "model")
     for n, r in enumerate(part["rows"]):
         if not isinstance(r, dict) or any(k not in r for k in ROW_KEYS):
             raise ValueError(f"--merge: {name} row {n} lacks one of {list(ROW_KEYS)}")
