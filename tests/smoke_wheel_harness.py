@@ -15,7 +15,8 @@ without ``TRITON_INTERPRET``). It shows that
 5. ``flashrepro gate --results R --baseline-dir B`` judges the committed results (exit 0);
 6. the commands that need a checkout say what is missing without a traceback:
    ``readme --check`` names README.md and ``--readme`` (exit 4), and ``gate`` on a results
-   file without reference twins names the baseline it looked for (exit 2).
+   file without reference twins names the missing baselines folder and ``--baseline-dir``
+   (exit 4: the gate fails closed).
 
 Exit 0 and one line per check on success; an AssertionError otherwise.
 """
@@ -109,9 +110,11 @@ def check_needs_checkout(results: Path) -> None:
     unpaired = Path.cwd() / "unpaired.json"
     unpaired.write_text(json.dumps(data))
     run = flashrepro("gate", "--results", str(unpaired))
-    assert run.returncode == 2 and "NO BASELINE" in run.stdout, _show(run)
-    assert "looked for" in run.stdout and "Traceback" not in run.stderr, _show(run)
-    print("gate outside a checkout, no --baseline-dir: exit 2, names the baseline it looked for")
+    folder = Path.cwd() / "reproduce" / "baselines"
+    assert run.returncode == 4 and f"--baseline-dir {folder}: no such folder" in run.stderr, \
+        _show(run)
+    assert "Traceback" not in run.stderr, _show(run)
+    print("gate outside a checkout, no --baseline-dir: exit 4, names the folder and the option")
 
 
 if __name__ == "__main__":
