@@ -105,7 +105,6 @@ def run(args: argparse.Namespace) -> int:
     (1 when FLASHREPRO_REQUIRE_GPU=1)."""
     if args.generate:
         return run_generate(args)
-    import torch
 
     from flashrepro_harness.qwen3 import build, measure, tables
 
@@ -132,19 +131,11 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"model: {exc}")
         return 2
-    if not torch.cuda.is_available():
-        print("model: the benchmark needs a CUDA GPU (torch sees none)")
-        return 1 if env.require_gpu() else 0
-    try:
-        import transformers
-        from transformers import Qwen3ForCausalLM  # noqa: F401  (build.build_models)
-
-        import flashrepro.integrations.transformers  # noqa: F401  (registers "frepro")
-    except ImportError as exc:
-        print(f"model: needs transformers (pip install 'flashrepro[models]'): {exc}")
-        return 2
+    refused, transformers_version = _gpu_and_transformers()
+    if refused is not None:
+        return refused
     environment = env.capture()
-    environment["transformers"] = transformers.__version__
+    environment["transformers"] = transformers_version
     impls = list(args.impls)
     skipped: dict[str, str] = {}
     if "fa4" in impls and (why := build.fa4_available()):
@@ -182,6 +173,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _gpu_and_transformers() -> tuple[int | None, str | None]:
+    """(None, transformers' version) where a CUDA GPU and transformers (with the frepro
+    attention registered) are at hand; else the exit code, after one line saying why: 0
+    without a GPU (1 when FLASHREPRO_REQUIRE_GPU=1), 2 without transformers."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("model: the benchmark needs a CUDA GPU (torch sees none)")
+        return (1 if env.require_gpu() else 0), None
+    try:
+        import transformers
+        from transformers import Qwen3ForCausalLM  # noqa: F401  (build.build_models)
+
+        import flashrepro.integrations.transformers  # noqa: F401  (registers "frepro")
+    except ImportError as exc:
+        print(f"model: needs transformers (pip install 'flashrepro[models]'): {exc}")
+        return 2, None
+    return None, transformers.__version__
+
+
 def _read_parts(paths: list[str]) -> list[Any]:
     parts = []
     for p in paths:
@@ -215,18 +226,9 @@ def run_generate(args: argparse.Namespace) -> int:
     if lo > hi:
         print(f"model: --packed-lengths: MIN {lo} > MAX {hi}")
         return 2
-    import torch
-
-    if not torch.cuda.is_available():
-        print("model: the benchmark needs a CUDA GPU (torch sees none)")
-        return 1 if env.require_gpu() else 0
-    try:
-        import transformers
-
-        import flashrepro.integrations.transformers  # noqa: F401  (registers "frepro")
-    except ImportError as exc:
-        print(f"model: needs transformers (pip install 'flashrepro[models]'): {exc}")
-        return 2
+    refused, transformers_version = _gpu_and_transformers()
+    if refused is not None:
+        return refused
     from flashrepro_harness.qwen3 import build, generate, measure
 
     started = time.perf_counter()
@@ -235,7 +237,7 @@ def run_generate(args: argparse.Namespace) -> int:
         print(f"[{time.perf_counter() - started:6.1f} s] {line}", flush=True)
 
     environment = env.capture()
-    environment["transformers"] = transformers.__version__
+    environment["transformers"] = transformers_version
     wanted = {m: list(args.gen_impls or generate.DEFAULT_IMPLS[m]) for m in args.gen_modes}
     packed_runs = [(lay, i) for lay, i in generate.PACKED_RUNS
                    if args.gen_impls is None or i in args.gen_impls] if args.packed else []
