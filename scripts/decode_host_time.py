@@ -6,8 +6,11 @@ The loop: ``flashrepro.attention_kvcache`` on a preallocated cache (B, H_kv, L_m
 L_q = 1, ``seqused_k`` an int32 tensor on the device that each step advances in place
 (``used.add_(step)``: 1 in the growing loop, 0 in the fixed one, the same host work). The
 shapes never change, so neither loop should make a new launch plan or compile anything.
-For context, ``--dense`` also times ``flashrepro.attention`` on a cache sliced to each new
-length (a new shape per call: the path the issue measured at 253 µs per call).
+Two more loops for context: ``kvcache, cache grows by cat`` calls ``attention_kvcache`` on
+caches that grow by one token per call as transformers' ``DynamicCache`` grows them
+(``torch.cat``; a new shape and new strides per call, timed without the cat); ``--dense`` also
+times ``flashrepro.attention`` on a cache sliced to each new length (a new shape per call: the
+path the issue measured at 253 µs per call).
 
 Method: per round, a GPU busy-wait is queued first (longer than the round's host work, so the
 launch queue never blocks the host), then ``time.perf_counter`` around ``--calls`` steps,
@@ -97,6 +100,14 @@ def main(argv: list[str] | None = None) -> int:
             return flashrepro.attention_kvcache(q, k, v, used, enable_gqa=True, out=out)
         return step
 
+    grown = [k[:, :, :args.start].contiguous(), v[:, :, :args.start].contiguous()]
+    caches = []  # L_k + 1 keys per call, made ahead so the loop times the attention call alone
+
+    def grown_step() -> object:
+        k_n, v_n, used_n = caches[lengths[0] - args.start]
+        lengths[0] += 1
+        return flashrepro.attention_kvcache(q, k_n, v_n, used_n, enable_gqa=True, out=out)
+
     def dense_step() -> object:
         lengths[0] += 1
         n = lengths[0]
@@ -107,7 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         lengths[0] = args.start
 
     loops = {"kvcache, L_k growing": (kvcache_step(1), reset),
-             "kvcache, L_k fixed": (kvcache_step(0), reset)}
+             "kvcache, L_k fixed": (kvcache_step(0), reset),
+             "kvcache, cache grows by cat": (grown_step, reset)}
+    for n in range(max(args.calls, args.warmup) + 1):  # DynamicCache's torch.cat, ahead of time
+        caches.append((*grown, torch.full((b,), args.start + n, dtype=torch.int32,
+                                          device="cuda")))
+        grown = [torch.cat([t, t[:, :, -1:]], dim=2) for t in grown]
     if args.dense:
         loops["attention, L_k growing (new shape per call)"] = (dense_step, reset)
     # A busy-wait longer than a round's host work: 2e3 cycles (~1 µs) per µs, 100 µs per step.

@@ -15,6 +15,7 @@ import torch
 
 import flashrepro
 from flashrepro import launch_varlen, ops
+from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.decode import decode_combine_kernel, decode_fwd_kernel
 from tests.conftest import HAS_GPU, ON_EACH_MACHINE
 from tests.reference import compiled_kernels
@@ -119,6 +120,31 @@ def test_interpreter_lengths_outside_the_cache_are_clamped() -> None:
                                           return_lse=True)
     ref, ref_lse = kvcache_reference(q, k, v, [0, 20, 7], causal=True)
     assert_parity(o, lse, ref, ref_lse, kvcache_sdpa(q, k, v, [0, 20, 7], causal=True))
+
+
+@pytest.mark.interpreter
+def test_interpreter_cache_that_grows_keeps_answers_and_rules() -> None:
+    """A decode loop whose caches grow by one token per call (transformers' DynamicCache):
+    every call after the first skips the checks its signature passed (L_max apart), and each
+    answer is still right; an input that breaks a rule after that (v of another length, an
+    ``out`` that meets k) is still refused by name."""
+    launch_varlen._CHECKED_KVCACHE.clear()
+    b, h, h_kv, d = 2, 4, 2, 16
+    q, k, v = make_cache(b, h, h_kv, 1, 40, d, torch.float16, torch.device("cpu"), [40, 40])
+    out = torch.empty(b, 1, h, d, dtype=q.dtype).transpose(1, 2)
+    for l_max in (33, 34, 48, 49):
+        seqused = [l_max, l_max - 7]
+        check_kvcache(q, k[:, :, :l_max].contiguous(), v[:, :, :l_max].contiguous(), seqused,
+                      causal=True, num_splits=None if l_max % 2 else 3, out=out)
+    assert len(launch_varlen._CHECKED_KVCACHE) == 2  # one signature per num_splits
+    used = torch.tensor([30, 30], dtype=torch.int32)
+    with pytest.raises(ValueError, match="v must have k's shape"):
+        flashrepro.attention_kvcache(q, k[:, :, :33], v[:, :, :34], used, causal=True,
+                                     enable_gqa=True, out=out)
+    shared = torch.empty(b, h, 41, d, dtype=q.dtype)
+    with pytest.raises(ValueError, match="out must not share memory with k"):
+        flashrepro.attention_kvcache(q, shared[:, :2, :33], v[:, :, :33], used, causal=True,
+                                     enable_gqa=True, out=shared[:, :, 32:33])
 
 
 @pytest.mark.parametrize("device", ON_EACH_MACHINE)
@@ -323,6 +349,37 @@ def test_gpu_new_lengths_and_cache_sizes_compile_nothing() -> None:
     after = (len(compiled_kernels(decode_fwd_kernel)),
              len(compiled_kernels(decode_combine_kernel)))
     assert after == before
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("b", [1, 16])
+def test_gpu_cache_grown_by_cat_relaunches_without_triton(b: int,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Caches that grow by one token per call (a new shape and new strides each time, as
+    DynamicCache's torch.cat makes them), B = 1 (16 splits and the combine kernel) and 16
+    (one split): right at every step, and after the first steps of each specialization no
+    call goes through Triton's launch path (flashrepro.direct.launch relaunches the compiled
+    kernels)."""
+    device = torch.device("cuda")
+    runs: list[object] = []
+    jit_run = KernelCall.run
+
+    def counted(call: KernelCall) -> object:
+        runs.append(call.kernel)
+        return jit_run(call)
+
+    monkeypatch.setattr(KernelCall, "run", counted)
+    start = 1000
+    q, k, v = make_cache(b, 16, 8, 1, start + 40, 128, torch.bfloat16, device, [start + 40] * b)
+    out = torch.empty(b, 1, 16, 128, dtype=q.dtype, device=device).transpose(1, 2)
+    for step in range(40):
+        l_max = start + step
+        if step == 20:
+            runs.clear()
+        seqused = [l_max] * b if b == 1 else [l_max - i for i in range(b)]
+        check_kvcache(q, k[:, :, :l_max].contiguous(), v[:, :, :l_max].contiguous(), seqused,
+                      causal=True, out=out)
+    assert runs == []
 
 
 @pytest.mark.gpu

@@ -143,3 +143,31 @@ def test_a_descriptor_slot_without_metadata_keeps_no_tensor() -> None:
     del q
     gc.collect()
     assert ref() is None, "the direct launch keeps its first call's tensor alive"
+
+
+def test_specialization_tells_apart_what_triton_compiles_apart() -> None:
+    """Constexprs by value; ints by Triton's integer type, == 1 and divisibility by 16;
+    tensors by dtype and 16-byte alignment; floats by class."""
+    spec = direct.specialization
+    flags = (False, False, True, False)
+    base = [7, torch.zeros(8), 64, 0.5]
+    assert spec(flags, base) == spec(flags, [9, torch.zeros(8), 64, 0.25])
+    for other in ([1, torch.zeros(8), 64, 0.5], [16, torch.zeros(8), 64, 0.5],
+                  [2**31, torch.zeros(8), 64, 0.5], [2**63, torch.zeros(8), 64, 0.5],
+                  [7, torch.zeros(8).half(), 64, 0.5], [7, torch.zeros(8)[1:], 64, 0.5],
+                  [7, torch.zeros(8), 128, 0.5], [7, torch.zeros(8), 64, 1]):
+        assert spec(flags, other) != spec(flags, base), other
+    assert spec(flags, [32, torch.zeros(8), 64, 0.5]) == spec(flags, [48, torch.zeros(8), 64,
+                                                                       0.5])
+
+
+def test_per_call_tail_replaces_the_bound_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A launch with its own tail passes that tail, hooks off, and caches no argument tuple."""
+    log: list[int] = []
+    dl, raw = _launch(monkeypatch, log)
+    q, lse = torch.zeros(4), torch.zeros(2)
+    dl((5, 1, 1), 99, (q, lse), [11, 0.25])
+    dl((5, 1, 1), 99, (q, lse), [12, 0.75])
+    assert [c[-2:] for c in raw.calls] == [(11, 0.25), (12, 0.75)]
+    assert all(c[10:13] == (None, None, None) for c in raw.calls)
+    assert dl._args == {}

@@ -17,7 +17,7 @@ import torch
 from triton import knobs
 from triton.compiler import CompiledKernel
 
-from flashrepro.kernels.call import with_base
+from flashrepro.kernels.call import KernelCall, with_base
 
 try:  # Triton 3.6's NVIDIA launcher pieces; absent elsewhere (then nothing binds)
     from triton.backends.nvidia.driver import CudaLauncher, make_tensordesc_arg
@@ -102,31 +102,105 @@ class DirectLaunch:
             cache[address] = expanded
         return expanded
 
-    def _arguments(self, io: tuple[torch.Tensor, ...]) -> list[Any]:
+    def _arguments(self, io: tuple[torch.Tensor, ...], tail: list[Any]) -> list[Any]:
         """The C launcher's arguments after its hooks: the io slots, then the tail."""
         args: list[Any] = []
         for slot, tensor in enumerate(io):
             args.extend(self._expand(slot, tensor))
-        args.extend(self._tail)
+        args.extend(tail)
         return args
 
-    def __call__(self, grid: tuple[int, int, int], stream: int,
-                 io: tuple[torch.Tensor, ...]) -> None:
+    def __call__(self, grid: tuple[int, int, int], stream: int, io: tuple[torch.Tensor, ...],
+                 tail: list[Any] | None = None) -> None:
         """Launch on ``stream`` (a raw CUDA stream handle) with ``io`` first: tensors of the
         templates' dtype, shape, strides and 16-byte alignment on the current GPU (the caller's
-        plan checks them)."""
+        plan checks them). ``tail`` replaces the bound tail for this launch: values of the
+        same Triton specialization (:func:`specialization`), checked by the caller."""
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        if not (_idle(enter) and _idle(leave)):
+        if tail is not None or not (_idle(enter) and _idle(leave)):
+            tail = self._tail if tail is None else tail
+            hooked = not (_idle(enter) and _idle(leave))
+            metadata = (self._compiled.launch_metadata(grid, stream, *io, *tail) if hooked
+                        else None)
             self._raw(grid[0], grid[1], grid[2], stream, self._compiled.function,
-                      *self._flags, self._compiled.launch_metadata(grid, stream, *io, *self._tail),
-                      enter, leave, *self._arguments(io))
+                      *self._flags, metadata, enter if hooked else None,
+                      leave if hooked else None, *self._arguments(io, tail))
             return
         key = (stream, grid, *[t.data_ptr() for t in io])
         args = self._args.get(key)
         if args is None:
             args = (grid[0], grid[1], grid[2], stream, self._compiled.function, *self._flags,
-                    None, None, None, *self._arguments(io))
+                    None, None, None, *self._arguments(io, self._tail))
             if len(self._args) >= MAX_ADDRESSES:
                 self._args.clear()
             self._args[key] = args
         self._raw(*args)
+
+
+_INT32 = range(-(2**31), 2**31)
+_UINT64 = range(2**63, 2**64)
+
+
+def specialization(constexprs: tuple[bool, ...], values: list[Any]) -> tuple[Any, ...]:
+    """A key that tells apart every two argument lists Triton 3.6 compiles differently
+    (``native_specialize_impl``, called for each argument by ``JITFunction.run``), and may tell
+    apart some it does not: a constexpr (``constexprs[i]`` true) by its value; a tensor by
+    dtype and whether its address is a multiple of 16; an int by Triton's integer type for it
+    (int32, int64 or uint64), whether it is 1 and whether 16 divides it; anything else (float,
+    bool, None) by its class."""
+    key: list[Any] = []
+    for is_constexpr, v in zip(constexprs, values, strict=True):
+        if is_constexpr:
+            key.append(v)
+        elif v.__class__ is int:
+            key.append((v in _INT32) + 2 * (v in _UINT64) + 4 * (v == 1) + 8 * (v % 16 == 0))
+        elif isinstance(v, torch.Tensor):
+            key.append((v.dtype, v.data_ptr() & 15 == 0))
+        else:
+            key.append(v.__class__)
+    return tuple(key)
+
+
+_COMPILED: dict[tuple[Any, ...], DirectLaunch | None] = {}
+_CONSTEXPRS: dict[int, tuple[bool, ...]] = {}
+
+
+def launch(call: KernelCall, io_count: int, extra_key: tuple[Any, ...] = ()) -> None:
+    """Run ``call``, whose first ``io_count`` arguments are tensors and the rest scalars (ints,
+    floats, bools, None; constexprs and launch options as keywords).
+
+    On a GPU the first call of each :func:`specialization` (with the device, ``num_warps``,
+    ``num_stages`` and ``extra_key``: whatever else the caller knows changes the compiled
+    code, such as an environment switch) goes through Triton's JIT path and keeps its compiled
+    kernel; later calls of that specialization launch it through :class:`DirectLaunch` with
+    their own arguments, without Triton's per-launch binding. So shapes and strides may change
+    from call to call (a KV cache that grows) at the cost of a key, not a launch through Triton.
+    Under the interpreter every call takes the JIT path."""
+    values = call.ordered_values()
+    io = values[0] if values else None
+    device = io.get_device() if isinstance(io, torch.Tensor) else -1
+    if values is None or device < 0:
+        call.run()
+        return
+    constexprs = _CONSTEXPRS.get(id(call.kernel))
+    if constexprs is None:
+        constexprs = _CONSTEXPRS[id(call.kernel)] = tuple(p.is_constexpr
+                                                          for p in call.kernel.params)
+    key = (id(call.kernel), device, call.kwargs.get("num_warps"), call.kwargs.get("num_stages"),
+           *extra_key, specialization(constexprs, values))
+    direct = _COMPILED.get(key)
+    if direct is None:
+        with torch.cuda.device(device):
+            compiled = call.run()
+        if key not in _COMPILED:
+            if len(_COMPILED) >= MAX_ADDRESSES:
+                _COMPILED.clear()
+            _COMPILED[key] = DirectLaunch.bind(compiled, (None,) * io_count, values[io_count:])
+        return
+    grid = (*call.grid, 1, 1)[:3]
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    if device == torch._C._cuda_getDevice():
+        direct(grid, stream, tuple(values[:io_count]), values[io_count:])
+    else:  # Triton's launcher runs on the current GPU
+        with torch.cuda.device(device):
+            direct(grid, stream, tuple(values[:io_count]), values[io_count:])

@@ -7,8 +7,8 @@ host sync, can be captured in a CUDA graph, and a new length runs the same compi
 (the kernels take every length and head count as a runtime, unspecialized int). What is
 chosen on the host, the grid and the number of key splits, depends on shapes only.
 
-Each call goes through Triton's launcher (no cached launch plan as :mod:`flashrepro.launch`
-keeps for :func:`flashrepro.attention`).
+A call whose arguments passed the checks before, lengths apart, skips them, and the kernels
+relaunch their compiled code directly (:func:`flashrepro.direct.launch`).
 """
 
 from __future__ import annotations
@@ -16,22 +16,30 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import triton
+from torch.autograd.graph import increment_version
 
 from flashrepro.configs import KernelConfig
+from flashrepro.direct import launch
 from flashrepro.kernels import LOG2_E
+from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.decode import decode_combine_kernel, decode_fwd_kernel
 from flashrepro.kernels.varlen import varlen_fwd_kernel
-from flashrepro.launch import _gpu_facts, _on_device
+from flashrepro.launch import MAX_PLANS, _gpu_facts, _mma_v3_switch
 from flashrepro.select import fits_int32
 from flashrepro.validation import (
     _check_flag,
+    byte_span,
     check_not_nested,
     check_out,
+    interpreter_mode,
     validate,
 )
+
+_STRIDED = torch.strided
 
 MAX_GRID_YZ = 65535
 """CUDA's limit on gridDim.y and gridDim.z (row blocks and key splits of a decode launch, query
@@ -100,6 +108,12 @@ def num_kv_splits(programs: int, seqlen_k: int, block_n: int, num_sms: int) -> i
     if splits == 1 and programs < 2 * num_sms and seqlen_k >= LONG_CACHE_KEYS:
         splits = 2
     return max(1, min(splits, MAX_SPLITS, key_blocks))
+
+
+@functools.cache
+def _num_sms(device: torch.device) -> int:
+    """The SM count :func:`num_kv_splits` divides (the stand-in off a GPU)."""
+    return _gpu_facts(device)["num_sms"]
 
 
 # -- input rules --
@@ -243,6 +257,59 @@ def _lse_dummy(device: torch.device) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=device)
 
 
+def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scale: Any,
+                       enable_gqa: Any, num_splits: Any, return_lse: Any,
+                       out: Any) -> tuple[Any, ...] | None:
+    """The key of a checked :func:`kvcache_forward` call: every property of its arguments that
+    :func:`validate_kvcache` and :func:`~flashrepro.validation.check_out` read, except the
+    caches' length L_max (so a cache that grows by a token per call keeps its key) and the
+    out's memory against q, k and v (checked per call); None where the call must take the full
+    checks (arguments of other types, tensors that require grad, are not dense, carry a
+    negation bit or have no sizes)."""
+    tensor = torch.Tensor
+    if not (type(q) is tensor and type(k) is tensor and type(v) is tensor
+            and type(seqused_k) is tensor and causal.__class__ is bool
+            and enable_gqa.__class__ is bool and return_lse.__class__ is bool
+            and (scale is None or scale.__class__ in (float, int))
+            and (num_splits is None or num_splits.__class__ is int)
+            and (out is None or type(out) is tensor)):
+        return None
+    if not (q.is_cuda or (q.device.type == "cpu" and interpreter_mode())):
+        return None
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
+                                    or (out is not None and out.requires_grad)):
+        return None
+    if any(t.layout is not _STRIDED or t.is_neg() for t in (q, k, v, seqused_k)):
+        return None
+    try:
+        key = (q.shape, q.stride(), q.dtype, q.device, k.shape[:2], k.shape[3:], k.dtype,
+               k.device, v.shape[:2], v.shape[3:], v.dtype, v.device, seqused_k.shape,
+               seqused_k.dtype, seqused_k.device, causal, scale, scale.__class__, enable_gqa,
+               num_splits, return_lse, _mma_v3_switch())
+        if out is None:
+            return key
+        if out.layout is not _STRIDED or out.is_neg():
+            return None
+        return (*key, out.shape, out.stride(), out.dtype, out.device)
+    except RuntimeError:  # no sizes or storage (a nested tensor): validation names the rule
+        return None
+
+
+_CHECKED_KVCACHE: set[tuple[Any, ...]] = set()
+"""Signatures (:func:`_kvcache_signature`) of calls that passed every check."""
+
+
+def _disjoint(out: torch.Tensor, *tensors: torch.Tensor) -> bool:
+    """Whether ``out``'s byte span meets none of ``tensors``' (else the exact check decides)."""
+    o0 = out.data_ptr()
+    o1 = o0 + byte_span(out)
+    for t in tensors:
+        t0 = t.data_ptr()
+        if t0 < o1 and o0 < t0 + byte_span(t):
+            return False
+    return True
+
+
 def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     seqused_k: torch.Tensor, *, causal: bool, scale: float | None,
                     enable_gqa: bool, num_splits: int | None, return_lse: bool,
@@ -250,12 +317,30 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`flashrepro.attention_kvcache`'s eager call: validate, launch the decode kernel
     (and with more than one split the combine kernel), return (o, lse or None). ``config``
-    replaces :func:`decode_config`'s choice (for tuning)."""
-    validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
-                     num_splits=num_splits, return_lse=return_lse)
+    replaces :func:`decode_config`'s choice (for tuning).
+
+    Host cost: a call whose :func:`_kvcache_signature` passed the checks before skips them
+    (only k's and v's lengths and ``out``'s memory are checked again), and the kernels launch
+    through :func:`flashrepro.direct.launch` (one compiled kernel per specialization, Triton's
+    binding skipped): a decode loop whose cache grows by a token per call takes this path on
+    every call after the first."""
+    key = _kvcache_signature(q, k, v, seqused_k, causal, scale, enable_gqa, num_splits,
+                             return_lse, out)
+    if (key is None or key not in _CHECKED_KVCACHE or k.shape[2] != v.shape[2]
+            or (out is not None and out.numel() and not _disjoint(out, q, k, v))):
+        validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
+                         num_splits=num_splits, return_lse=return_lse)
+        o = check_out(out, q, q=q, k=k, v=v)
+        if key is not None:
+            if len(_CHECKED_KVCACHE) >= MAX_PLANS:
+                _CHECKED_KVCACHE.clear()
+            _CHECKED_KVCACHE.add(key)
+    else:
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+    if out is not None:
+        increment_version(out)
     b, h, lq, d = q.shape
     h_kv, l_max = k.shape[1], k.shape[2]
-    o = check_out(out, q, q=q, k=k, v=v)
     lse = torch.empty((b, h, lq), dtype=torch.float32, device=q.device) if return_lse else None
     if o.numel() == 0 or l_max == 0:  # nothing to compute, or no key for any row
         o.zero_()
@@ -265,7 +350,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kv_group = h // h_kv
     block_m = min(DECODE_MAX_BLOCK_M, max(16, triton.next_power_of_2(kv_group * lq)))
     row_blocks = triton.cdiv(kv_group * lq, block_m)
-    num_sms = _gpu_facts(q.device)["num_sms"]
+    num_sms = _num_sms(q.device)
     cfg = config or decode_config(d, b * h_kv * row_blocks, num_sms)
     block_d = max(16, triton.next_power_of_2(d))
     # Head-dim offsets are int32, and K and V share one set of int32 tile offsets.
@@ -286,22 +371,21 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         o_dst = torch.empty((b, h, lq, splits, d), dtype=torch.float32, device=q.device)
         lse_dst = torch.empty((b, h, lq, splits), dtype=torch.float32, device=q.device)
         o_strides, lse_strides = o_dst.stride(), lse_dst.stride()
-    with _on_device(q.device):
-        decode_fwd_kernel[(b * h_kv, row_blocks, splits)](
-            q, k, v, o_dst, lse_dst, seqused_k.contiguous(),
-            *q.stride(), *k.stride(), *o_strides, *lse_strides,
-            h_kv, kv_group, lq, l_max, splits, sm_scale * LOG2_E,
-            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=cfg.block_n,
-            CAUSAL=causal, STORE_LSE=splits > 1 or lse is not None,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-        if splits > 1:
-            lse_out = lse if lse is not None else _lse_dummy(q.device)
-            decode_combine_kernel[(b * h * lq,)](
-                o_dst, lse_dst, o_kernel, lse_out, *o_kernel.stride(),
-                *(lse.stride() if lse is not None else (0, 0, 0)),
-                h, lq, splits,
-                HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=COMBINE_BLOCK_S,
-                STORE_LSE=lse is not None, num_warps=4)
+    switch = (_mma_v3_switch(),)
+    launch(KernelCall(decode_fwd_kernel, (b * h_kv, row_blocks, splits), (
+        q, k, v, o_dst, lse_dst, seqused_k.contiguous(),
+        *q.stride(), *k.stride(), *o_strides, *lse_strides,
+        h_kv, kv_group, lq, l_max, splits, sm_scale * LOG2_E), dict(
+        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
+        STORE_LSE=splits > 1 or lse is not None, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages)), 6, switch)
+    if splits > 1:
+        lse_out = lse if lse is not None else _lse_dummy(q.device)
+        launch(KernelCall(decode_combine_kernel, (b * h * lq,), (
+            o_dst, lse_dst, o_kernel, lse_out, *o_kernel.stride(),
+            *(lse.stride() if lse is not None else (0, 0, 0)), h, lq, splits), dict(
+            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=COMBINE_BLOCK_S, STORE_LSE=lse is not None,
+            num_warps=4)), 4, switch)
     if o_kernel is not o:
         o.copy_(o_kernel)
     return o, lse
@@ -339,12 +423,12 @@ def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     lse_arg = lse if lse is not None else _lse_dummy(q.device)
     used = seqused_k.contiguous() if seqused_k is not None else cu_seqlens_k
-    with _on_device(q.device):  # B·H on gridDim.x: y and z stop at 65535
-        varlen_fwd_kernel[(batch * h, triton.cdiv(max_seqlen_q, cfg.block_m))](
-            q, k, v, o, lse_arg, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), used,
-            *q.stride(), *k.stride(), *o.stride(), lse_arg.stride(0),
-            h, h // h_kv, total_q, total_k, sm_scale * LOG2_E,
-            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-            CAUSAL=causal, STORE_LSE=lse is not None, HAS_SEQUSED_K=seqused_k is not None,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    # B·H on gridDim.x: y and z stop at 65535
+    launch(KernelCall(varlen_fwd_kernel, (batch * h, triton.cdiv(max_seqlen_q, cfg.block_m)), (
+        q, k, v, o, lse_arg, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), used,
+        *q.stride(), *k.stride(), *o.stride(), lse_arg.stride(0),
+        h, h // h_kv, total_q, total_k, sm_scale * LOG2_E), dict(
+        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
+        STORE_LSE=lse is not None, HAS_SEQUSED_K=seqused_k is not None,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)), 8, (_mma_v3_switch(),))
     return o, lse
