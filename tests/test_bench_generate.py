@@ -255,6 +255,17 @@ def test_measure_generate_runs_both_modes_on_a_tiny_model(on_the_cpu: Any) -> No
         assert r["decode_steps"] == 3 and r["decode_ms"] > 0 and r["agreement"] is not None
         assert r["mode"] == "eager" or r["fullgraph"] is True
     assert rows[1]["agreement"] == 1.0  # the reference itself
+    assert rows[1]["step_agreement"] == 1.0
+    assert all(0.0 <= r["step_agreement"] <= 1.0 for r in rows)
+
+
+def test_step_agreement_judges_each_step_on_the_reference_prefix() -> None:
+    """One differing token costs one position, not every later one as in agreement()."""
+    from flashrepro_harness.qwen3.generate import agreement, step_agreement
+
+    ref = torch.tensor([[5, 6, 7, 8]])
+    forced = torch.tensor([[5, 9, 7, 8]])
+    assert step_agreement(ref, forced) == 0.75 and agreement(ref, forced) == 0.25
 
 
 @pytest.mark.interpreter  # frepro on CPU tensors: Triton's interpreter

@@ -124,6 +124,8 @@ class Generation:
 
     ``run(steps=None)`` generates (``steps`` decode forwards, default ``new_tokens - 1``) and
     returns (tokens (B, steps + 1), prefill ms, decode ms), synchronising once at the end.
+    ``run(forced=tokens)`` feeds each decode step ``tokens``' token instead of its own argmax
+    (teacher forcing), so its argmaxes can be compared with ``tokens`` step by step.
     """
 
     def __init__(self, model: torch.nn.Module, impl: str, mode: str, ids: torch.Tensor,
@@ -156,7 +158,8 @@ class Generation:
             self.info.update(fullgraph=fullgraph, compile_s=time.perf_counter() - t0)
             return
 
-    def run(self, steps: int | None = None) -> tuple[torch.Tensor, float, float]:
+    def run(self, steps: int | None = None, forced: torch.Tensor | None = None
+            ) -> tuple[torch.Tensor, float, float]:
         from transformers import DynamicCache
 
         steps = self.steps if steps is None else steps
@@ -173,9 +176,11 @@ class Generation:
                 token = logits[:, -1:].argmax(-1)
                 marks[1].record()
             tokens = [token]
-            for _ in range(steps):
+            for step in range(steps):
                 if static:
                     torch.compiler.cudagraph_mark_step_begin()
+                if forced is not None:
+                    token = forced[:, step:step + 1]
                 logits = self.decode(input_ids=token, past_key_values=cache, use_cache=True,
                                      logits_to_keep=1).logits
                 token = logits[:, -1:].argmax(-1)
@@ -193,6 +198,13 @@ def agreement(reference: torch.Tensor, tokens: torch.Tensor) -> float:
         same = next((i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y), len(a))
         shares.append(same / len(a))
     return sum(shares) / len(shares)
+
+
+def step_agreement(reference: torch.Tensor, forced: torch.Tensor) -> float:
+    """The share of positions where a teacher-forced generation (:meth:`Generation.run` with
+    ``forced=reference``) picks the reference's token: each step judged on the reference's
+    own prefix, so one near-tie does not decide every later token, as in :func:`agreement`."""
+    return float((reference == forced).float().mean())
 
 
 def interleave(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, list[Any]]:
@@ -253,6 +265,9 @@ def measure_generate(models: dict[str, torch.nn.Module], modes: list[str], batch
             ref = reference.get(batch, last.get(ref_impl) if ref_impl else None)
             agree = {n: (agreement(ref, t) if ref is not None else None)
                      for n, t in last.items()}
+            for g in runners.values():  # the same prefixes for every implementation
+                g.info["step_agreement"] = (None if ref is None else
+                                            step_agreement(ref, g.run(forced=ref)[0]))
             round_ms = {n: [(p, d) for _, p, d in res] for n, res in results.items()}
             rows += summarize_generate(mode, batch, prompt, new_tokens - 1, round_ms, agree,
                                        {n: g.info for n, g in runners.items()})

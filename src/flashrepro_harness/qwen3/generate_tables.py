@@ -147,11 +147,12 @@ def table_generate(rows: list[dict[str, Any]], fmt: str) -> str:
     body = [[r["mode"], r["batch"], r["impl"], _num(r["prefill_tokens_per_s"] / 1e3, ".1f"),
              _num(r["prefill_ratio_to_best_sdpa"], ".3f"), _num(r["decode_tokens_per_s"], ".0f"),
              _ratio(r["decode_ratio_to_best_sdpa"], r.get("decode_ratio_range")),
-             _num(r["decode_ms"] / r["decode_steps"], ".2f"), _num(r.get("agreement"), ".2f")]
+             _num(r["decode_ms"] / r["decode_steps"], ".2f"), _num(r.get("agreement"), ".2f"),
+             _num(r.get("step_agreement"), ".3f")]
             for r in sel]
     headers = ["mode", "B", "implementation", "prefill k tok/s", "prefill / best SDPA",
                "decode tok/s", "decode / best SDPA (per-round range)", "ms / decode step",
-               "tokens agree"]
+               "tokens agree", "step agreement"]
     return tabulate(body, headers, tablefmt=fmt)
 
 
@@ -180,7 +181,9 @@ def caption(results: dict[str, Any]) -> str:
             "mode='reduce-overhead'), prefill eager as in generate(); CUDA events around the "
             f"prefill and the decode loop, {method.get('rounds')} interleaved rounds after a "
             "warm-up, median. Tokens agree: share of generated tokens before the first that "
-            f"differs from {method.get('reference')}'s (eager, same B).")
+            f"differs from {method.get('reference')}'s (eager, same B). Step agreement: the "
+            "share of positions where the implementation, fed the reference's tokens (teacher "
+            "forcing), picks the reference's next token.")
     if results.get("merged_from"):
         text += " Rows from runs " + "; ".join(
             f"{m['date']} (commit {m.get('git_commit') or '?'})"
