@@ -147,6 +147,43 @@ def test_interpreter_cache_that_grows_keeps_answers_and_rules() -> None:
                                      enable_gqa=True, out=shared[:, :, 32:33])
 
 
+class _Recorder:
+    """Stands in for a DirectLaunch: records each launch."""
+
+    def __init__(self) -> None:
+        self.launches: list[tuple] = []
+
+    def on_stream(self, grid, device, io, tail=None) -> None:
+        self.launches.append((grid, io, tail))
+
+
+@pytest.mark.parametrize("splits", [1, 4])
+def test_plan_puts_each_calls_strides_and_length_in(splits: int) -> None:
+    """A decode plan launches with the plan's arguments but this call's key/value strides and
+    L_max (a cache grown by torch.cat), its tensors in the kernels' order, and with splits the
+    combine kernel on parts of the plan's shape."""
+    decode, combine = _Recorder(), _Recorder()
+    names = launch_varlen._PARAMS[6:]
+    plan = launch_varlen._DecodePlan(decode, combine if splits > 1 else None, (8, 1, splits),
+                                     (16, 1, 1), tuple(range(len(names))), (1, 16, 1, splits, 8))
+    q = torch.zeros(1, 16, 1, 8)
+    k, v = torch.zeros(1, 8, 37, 8), torch.zeros(1, 8, 37, 8)
+    used, o = torch.zeros(1, dtype=torch.int32), torch.zeros(1, 16, 1, 8)
+    launch_varlen._launch_plan(plan, q, k, v, used, o, None, k.stride(), 37)
+    ((grid, io, tail),) = decode.launches
+    assert grid == (8, 1, splits) and io[:3] == (q, k, v) and io[5] is used
+    values = dict(zip(names, tail, strict=True))
+    assert [values[n] for n in ("stride_kb", "stride_kh", "stride_kn", "stride_kd")] == list(
+        k.stride())
+    assert values["max_seqlen_k"] == 37 and values["stride_qb"] == names.index("stride_qb")
+    if splits == 1:
+        assert io[3] is o and combine.launches == []
+    else:
+        assert io[3].shape == (1, 16, 1, splits, 8) and io[4].shape == (1, 16, 1, splits)
+        ((_, parts, combine_tail),) = combine.launches
+        assert parts[:3] == (io[3], io[4], o) and combine_tail is None
+
+
 @pytest.mark.parametrize("device", ON_EACH_MACHINE)
 def test_empty_sizes(device: str) -> None:
     """B, H or Lq of 0 give empty outputs; L_max = 0 gives o = 0 and lse = -inf."""
@@ -369,6 +406,10 @@ def test_gpu_cache_grown_by_cat_relaunches_without_triton(b: int,
         return jit_run(call)
 
     monkeypatch.setattr(KernelCall, "run", counted)
+    planned: list[int] = []
+    plan_launch = launch_varlen._launch_plan
+    monkeypatch.setattr(launch_varlen, "_launch_plan",
+                        lambda *a: (planned.append(1), plan_launch(*a))[1])
     start = 1000
     q, k, v = make_cache(b, 16, 8, 1, start + 40, 128, torch.bfloat16, device, [start + 40] * b)
     out = torch.empty(b, 1, 16, 128, dtype=q.dtype, device=device).transpose(1, 2)
@@ -379,7 +420,7 @@ def test_gpu_cache_grown_by_cat_relaunches_without_triton(b: int,
         seqused = [l_max] * b if b == 1 else [l_max - i for i in range(b)]
         check_kvcache(q, k[:, :, :l_max].contiguous(), v[:, :, :l_max].contiguous(), seqused,
                       causal=True, out=out)
-    assert runs == []
+    assert runs == [] and len(planned) >= 30  # from its plan after the first of each class
 
 
 @pytest.mark.gpu

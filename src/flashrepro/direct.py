@@ -84,6 +84,16 @@ class DirectLaunch:
             return None
         return cls(raw, compiled, launcher, io_templates, tail)
 
+    def on_stream(self, grid: tuple[int, int, int], device: int, io: tuple[torch.Tensor, ...],
+                  tail: list[Any] | None = None) -> None:
+        """:meth:`__call__` on torch's current stream of GPU ``device`` (the io tensors')."""
+        stream = torch._C._cuda_getCurrentRawStream(device)
+        if device == torch._C._cuda_getDevice():
+            self(grid, stream, io, tail)
+        else:  # Triton's launcher runs on the current GPU
+            with torch.cuda.device(device):
+                self(grid, stream, io, tail)
+
     def _expand(self, slot: int, tensor: torch.Tensor) -> list[Any]:
         """Slot ``slot``'s launcher arguments: the address, or the encoded descriptor's."""
         entry = self._slots[slot]
@@ -165,7 +175,8 @@ _COMPILED: dict[tuple[Any, ...], DirectLaunch | None] = {}
 _CONSTEXPRS: dict[int, tuple[bool, ...]] = {}
 
 
-def launch(call: KernelCall, io_count: int, extra_key: tuple[Any, ...] = ()) -> None:
+def launch(call: KernelCall, io_count: int,
+           extra_key: tuple[Any, ...] = ()) -> DirectLaunch | None:
     """Run ``call``, whose first ``io_count`` arguments are tensors and the rest scalars (ints,
     floats, bools, None; constexprs and launch options as keywords).
 
@@ -175,13 +186,16 @@ def launch(call: KernelCall, io_count: int, extra_key: tuple[Any, ...] = ()) -> 
     kernel; later calls of that specialization launch it through :class:`DirectLaunch` with
     their own arguments, without Triton's per-launch binding. So shapes and strides may change
     from call to call (a KV cache that grows) at the cost of a key, not a launch through Triton.
-    Under the interpreter every call takes the JIT path."""
+    Under the interpreter every call takes the JIT path.
+
+    Returns the specialization's DirectLaunch, for a caller that keeps it and passes later
+    calls' arguments itself (None under the interpreter or where none binds)."""
     values = call.ordered_values()
     io = values[0] if values else None
     device = io.get_device() if isinstance(io, torch.Tensor) else -1
     if values is None or device < 0:
         call.run()
-        return
+        return None
     constexprs = _CONSTEXPRS.get(id(call.kernel))
     if constexprs is None:
         constexprs = _CONSTEXPRS[id(call.kernel)] = tuple(p.is_constexpr
@@ -196,11 +210,7 @@ def launch(call: KernelCall, io_count: int, extra_key: tuple[Any, ...] = ()) -> 
             if len(_COMPILED) >= MAX_ADDRESSES:
                 _COMPILED.clear()
             _COMPILED[key] = DirectLaunch.bind(compiled, (None,) * io_count, values[io_count:])
-        return
-    grid = (*call.grid, 1, 1)[:3]
-    stream = torch._C._cuda_getCurrentRawStream(device)
-    if device == torch._C._cuda_getDevice():
-        direct(grid, stream, tuple(values[:io_count]), values[io_count:])
-    else:  # Triton's launcher runs on the current GPU
-        with torch.cuda.device(device):
-            direct(grid, stream, tuple(values[:io_count]), values[io_count:])
+        return _COMPILED[key]
+    direct.on_stream((*call.grid, 1, 1)[:3], device, tuple(values[:io_count]),
+                     values[io_count:])
+    return direct

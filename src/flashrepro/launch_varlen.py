@@ -14,6 +14,7 @@ relaunch their compiled code directly (:func:`flashrepro.direct.launch`).
 from __future__ import annotations
 
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -23,7 +24,7 @@ import triton
 from torch.autograd.graph import increment_version
 
 from flashrepro.configs import KernelConfig
-from flashrepro.direct import launch
+from flashrepro.direct import DirectLaunch, launch
 from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.decode import decode_combine_kernel, decode_fwd_kernel
@@ -295,8 +296,45 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
         return None
 
 
-_CHECKED_KVCACHE: set[tuple[Any, ...]] = set()
+@dataclass(frozen=True)
+class _DecodeShape:
+    """What a checked kvcache signature fixes: the packed-row tiling and the launch config."""
+
+    kv_group: int
+    block_m: int
+    row_blocks: int
+    block_d: int
+    config: DecodeConfig
+
+
+@dataclass(frozen=True)
+class _DecodePlan:
+    """The launches of a checked signature at one split count, one specialization of the
+    caches' strides and length, and one 16-byte alignment of each tensor (see
+    :func:`kvcache_forward`): the decode kernel's tail from its first call, whose key/value
+    strides and L_max each call replaces, and the combine kernel's, fixed."""
+
+    decode: DirectLaunch
+    combine: DirectLaunch | None
+    grid: tuple[int, int, int]
+    combine_grid: tuple[int, int, int]
+    tail: tuple[Any, ...]
+    part_shape: tuple[int, ...]
+
+
+_CHECKED_KVCACHE: dict[tuple[Any, ...], _DecodeShape | None] = {}
 """Signatures (:func:`_kvcache_signature`) of calls that passed every check."""
+_DECODE_PLANS: dict[tuple[Any, ...], _DecodePlan] = {}
+_PARAMS = list(inspect.signature(decode_fwd_kernel.fn).parameters)
+_K_STRIDES = slice(_PARAMS.index("stride_kb") - 6, _PARAMS.index("stride_kd") - 5)
+"""Where the caches' strides and L_max sit in the decode kernel's tail (after its 6 tensors)."""
+_L_MAX = _PARAMS.index("max_seqlen_k") - 6
+_INT32 = range(-(2**31), 2**31)
+
+
+def _int_class(v: int) -> int:
+    """Triton's specialization of an int argument (as :func:`flashrepro.direct.specialization`)."""
+    return (v in _INT32) + 4 * (v == 1) + 8 * (v % 16 == 0)
 
 
 def _disjoint(out: torch.Tensor, *tensors: torch.Tensor) -> bool:
@@ -310,6 +348,18 @@ def _disjoint(out: torch.Tensor, *tensors: torch.Tensor) -> bool:
     return True
 
 
+def _decode_shape(q: torch.Tensor, k: torch.Tensor, num_sms: int,
+                  config: DecodeConfig | None) -> _DecodeShape:
+    b, h, lq, d = q.shape
+    h_kv = k.shape[1]
+    kv_group = h // h_kv
+    rows = kv_group * lq
+    block_m = min(DECODE_MAX_BLOCK_M, max(16, 1 << (rows - 1).bit_length()))
+    row_blocks = -(-rows // block_m)
+    cfg = config or decode_config(d, b * h_kv * row_blocks, num_sms)
+    return _DecodeShape(kv_group, block_m, row_blocks, max(16, 1 << (d - 1).bit_length()), cfg)
+
+
 def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     seqused_k: torch.Tensor, *, causal: bool, scale: float | None,
                     enable_gqa: bool, num_splits: int | None, return_lse: bool,
@@ -319,49 +369,63 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     (and with more than one split the combine kernel), return (o, lse or None). ``config``
     replaces :func:`decode_config`'s choice (for tuning).
 
-    Host cost: a call whose :func:`_kvcache_signature` passed the checks before skips them
-    (only k's and v's lengths and ``out``'s memory are checked again), and the kernels launch
-    through :func:`flashrepro.direct.launch` (one compiled kernel per specialization, Triton's
-    binding skipped): a decode loop whose cache grows by a token per call takes this path on
-    every call after the first."""
+    Host cost (a decode step calls this once per layer). A call whose
+    :func:`_kvcache_signature` passed the checks before skips them (only k's and v's lengths
+    and ``out``'s memory are checked again). Its kernels then launch from a
+    :class:`_DecodePlan` keyed by that signature, the split count and the Triton
+    specialization of the caches' strides and L_max: the decode kernel's arguments are the
+    plan's with this call's strides and L_max put in, so a cache that grows by a token per call
+    (transformers' DynamicCache: new shape and strides each time) still launches from its plan.
+    Other calls launch through :func:`flashrepro.direct.launch`, which makes the plan."""
     key = _kvcache_signature(q, k, v, seqused_k, causal, scale, enable_gqa, num_splits,
                              return_lse, out)
-    if (key is None or key not in _CHECKED_KVCACHE or k.shape[2] != v.shape[2]
+    shape = _CHECKED_KVCACHE.get(key) if key is not None else None
+    if (shape is None or k.shape[2] != v.shape[2]
             or (out is not None and out.numel() and not _disjoint(out, q, k, v))):
         validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
                          num_splits=num_splits, return_lse=return_lse)
         o = check_out(out, q, q=q, k=k, v=v)
-        if key is not None:
+        if key is not None and config is None and k.shape[1] and q.shape[2]:
             if len(_CHECKED_KVCACHE) >= MAX_PLANS:
                 _CHECKED_KVCACHE.clear()
-            _CHECKED_KVCACHE.add(key)
+            _CHECKED_KVCACHE[key] = _decode_shape(q, k, _num_sms(q.device), None)
     else:
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
     if out is not None:
         increment_version(out)
     b, h, lq, d = q.shape
-    h_kv, l_max = k.shape[1], k.shape[2]
+    l_max = k.shape[2]
     lse = torch.empty((b, h, lq), dtype=torch.float32, device=q.device) if return_lse else None
     if o.numel() == 0 or l_max == 0:  # nothing to compute, or no key for any row
         o.zero_()
         if lse is not None:
             lse.fill_(float("-inf"))
         return o, lse
-    kv_group = h // h_kv
-    block_m = min(DECODE_MAX_BLOCK_M, max(16, triton.next_power_of_2(kv_group * lq)))
-    row_blocks = triton.cdiv(kv_group * lq, block_m)
     num_sms = _num_sms(q.device)
-    cfg = config or decode_config(d, b * h_kv * row_blocks, num_sms)
-    block_d = max(16, triton.next_power_of_2(d))
+    if shape is None or config is not None:
+        shape = _decode_shape(q, k, num_sms, config)
+    cfg, block_d = shape.config, shape.block_d
+    programs = b * k.shape[1] * shape.row_blocks
+    splits = num_splits or num_kv_splits(programs, l_max, cfg.block_n, num_sms)
+    kst = k.stride()
+    plan_key = None
+    if key is not None and config is None:
+        plan_key = (key, splits, _int_class(l_max), *map(_int_class, kst), kst == v.stride(),
+                    *(t.data_ptr() & 15 == 0 for t in (q, k, v, o, seqused_k)))
+        plan = _DECODE_PLANS.get(plan_key)
+        if plan is not None and fits_int32(k, (2, cfg.block_n), (3, block_d)):
+            _launch_plan(plan, q, k, v, seqused_k, o, lse, kst, l_max)
+            return o, lse
     # Head-dim offsets are int32, and K and V share one set of int32 tile offsets.
-    if not fits_int32(q, (3, block_d)):
-        q = q.contiguous()
+    q_kernel = q if fits_int32(q, (3, block_d)) else q.contiguous()
     o_kernel = (o if fits_int32(o, (3, block_d))
                 else torch.empty(o.shape, dtype=o.dtype, device=o.device))
     if k.stride() != v.stride() or not all(
             fits_int32(t, (2, cfg.block_n), (3, block_d)) for t in (k, v)):
         k, v = k.contiguous(), v.contiguous()
-    splits = num_splits or num_kv_splits(b * h_kv * row_blocks, l_max, cfg.block_n, num_sms)
+        plan_key = None
+    if q_kernel is not q or o_kernel is not o:
+        plan_key = None
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if splits == 1:  # the kernel writes the final output: split strides 0
         o_dst, o_strides = o_kernel, (*o_kernel.stride()[:3], 0, o_kernel.stride(3))
@@ -372,23 +436,53 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         lse_dst = torch.empty((b, h, lq, splits), dtype=torch.float32, device=q.device)
         o_strides, lse_strides = o_dst.stride(), lse_dst.stride()
     switch = (_mma_v3_switch(),)
-    launch(KernelCall(decode_fwd_kernel, (b * h_kv, row_blocks, splits), (
-        q, k, v, o_dst, lse_dst, seqused_k.contiguous(),
-        *q.stride(), *k.stride(), *o_strides, *lse_strides,
-        h_kv, kv_group, lq, l_max, splits, sm_scale * LOG2_E), dict(
-        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=block_m, BLOCK_N=cfg.block_n, CAUSAL=causal,
-        STORE_LSE=splits > 1 or lse is not None, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages)), 6, switch)
+    grid = (b * k.shape[1], shape.row_blocks, splits)
+    decode_call = KernelCall(decode_fwd_kernel, grid, (
+        q_kernel, k, v, o_dst, lse_dst, seqused_k.contiguous(),
+        *q_kernel.stride(), *k.stride(), *o_strides, *lse_strides,
+        k.shape[1], shape.kv_group, lq, l_max, splits, sm_scale * LOG2_E), dict(
+        HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=shape.block_m, BLOCK_N=cfg.block_n,
+        CAUSAL=causal, STORE_LSE=splits > 1 or lse is not None, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages))
+    decode = launch(decode_call, 6, switch)
+    combine = None
     if splits > 1:
-        lse_out = lse if lse is not None else _lse_dummy(q.device)
-        launch(KernelCall(decode_combine_kernel, (b * h * lq,), (
+        lse_out = lse if lse is not None else lse_dst  # never written without STORE_LSE
+        combine = launch(KernelCall(decode_combine_kernel, (b * h * lq,), (
             o_dst, lse_dst, o_kernel, lse_out, *o_kernel.stride(),
             *(lse.stride() if lse is not None else (0, 0, 0)), h, lq, splits), dict(
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=COMBINE_BLOCK_S, STORE_LSE=lse is not None,
             num_warps=4)), 4, switch)
     if o_kernel is not o:
         o.copy_(o_kernel)
+    if plan_key is not None and decode is not None and (splits == 1 or combine is not None):
+        if len(_DECODE_PLANS) >= MAX_PLANS:
+            _DECODE_PLANS.clear()
+        values = decode_call.ordered_values()
+        assert values is not None
+        _DECODE_PLANS[plan_key] = _DecodePlan(decode, combine, grid, (b * h * lq, 1, 1),
+                                              tuple(values[6:]), (b, h, lq, splits, d))
     return o, lse
+
+
+def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 seqused_k: torch.Tensor, o: torch.Tensor, lse: torch.Tensor | None,
+                 kst: tuple[int, ...], l_max: int) -> None:
+    """Run ``plan`` on a call of its key (checked by :func:`kvcache_forward`)."""
+    tail = list(plan.tail)
+    tail[_K_STRIDES] = kst
+    tail[_L_MAX] = l_max
+    device = q.get_device()
+    seqused_k = seqused_k.contiguous()
+    if plan.combine is None:
+        lse_dst = lse if lse is not None else _lse_dummy(q.device)
+        plan.decode.on_stream(plan.grid, device, (q, k, v, o, lse_dst, seqused_k), tail)
+        return
+    o_part = torch.empty(plan.part_shape, dtype=torch.float32, device=q.device)
+    lse_part = torch.empty(plan.part_shape[:4], dtype=torch.float32, device=q.device)
+    plan.decode.on_stream(plan.grid, device, (q, k, v, o_part, lse_part, seqused_k), tail)
+    plan.combine.on_stream(plan.combine_grid, device,
+                           (o_part, lse_part, o, lse if lse is not None else lse_part))
 
 
 def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
