@@ -183,7 +183,8 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
                                not bidirectional)
     if end is None:  # a static cache, not read on the host
         used = (q_offset + q_length - kv_offset).to(device=device, dtype=torch.int32)
-        return UsedKeys(used.reshape(1).expand(batch_size))
+        # contiguous once per forward, not in each layer's launch
+        return UsedKeys(used.reshape(1).expand(batch_size).contiguous())
     if q_length > KVCACHE_MAX_LQ:
         return None if end == kv_length else KeyPrefix(end)
     return UsedKeys(torch.full((batch_size,), end, dtype=torch.int32, device=device))
