@@ -57,6 +57,7 @@ class DirectLaunch:
         metas = iter(getattr(compiled.metadata, "tensordesc_meta", None) or [])
         self._slots: list[tuple[Any, Any, dict[int, list[Any]]] | None] = [
             None if t is None else (t, next(metas, None), {}) for t in io_templates]
+        self._plain = all(slot is None for slot in self._slots)  # tensors only, no descriptor
         self._tail = tail
         self._args: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self.encodes = 0
@@ -114,6 +115,8 @@ class DirectLaunch:
 
     def _arguments(self, io: tuple[torch.Tensor, ...], tail: list[Any]) -> list[Any]:
         """The C launcher's arguments after its hooks: the io slots, then the tail."""
+        if self._plain:
+            return [t.data_ptr() for t in io] + list(tail)
         args: list[Any] = []
         for slot, tensor in enumerate(io):
             args.extend(self._expand(slot, tensor))
