@@ -165,7 +165,8 @@ def test_plan_puts_each_calls_strides_and_length_in(splits: int) -> None:
     decode, combine = _Recorder(), _Recorder()
     names = launch_varlen._PARAMS[6:]
     plan = launch_varlen._DecodePlan(decode, combine if splits > 1 else None, (8, 1, splits),
-                                     (16, 1, 1), tuple(range(len(names))), (1, 16, 1, splits, 8))
+                                     (16, 1, 1), tuple(range(len(names))), ("c", 16),
+                                     (1, 16, 1, splits, 8))
     q = torch.zeros(1, 16, 1, 8)
     k, v = torch.zeros(1, 8, 37, 8), torch.zeros(1, 8, 37, 8)
     used, o = torch.zeros(1, dtype=torch.int32), torch.zeros(1, 16, 1, 8)
@@ -181,7 +182,7 @@ def test_plan_puts_each_calls_strides_and_length_in(splits: int) -> None:
     else:
         assert io[3].shape == (1, 16, 1, splits, 8) and io[4].shape == (1, 16, 1, splits)
         ((_, parts, combine_tail),) = combine.launches
-        assert parts[:3] == (io[3], io[4], o) and combine_tail is None
+        assert parts[:3] == (io[3], io[4], o) and combine_tail == ["c", 16]
 
 
 @pytest.mark.parametrize("device", ON_EACH_MACHINE)
@@ -421,6 +422,18 @@ def test_gpu_cache_grown_by_cat_relaunches_without_triton(b: int,
         check_kvcache(q, k[:, :, :l_max].contiguous(), v[:, :, :l_max].contiguous(), seqused,
                       causal=True, out=out)
     assert runs == [] and len(planned) >= 30  # from its plan after the first of each class
+
+
+@pytest.mark.gpu
+def test_gpu_plans_of_one_specialization_keep_their_own_arguments() -> None:
+    """Two signatures whose kernels share a Triton specialization (H 16 and 32, both
+    divisible by 16; 16 splits each) each launch from a plan with their own arguments: the
+    second signature's combine launch must not reuse the first one's head count."""
+    device = torch.device("cuda")
+    for h, h_kv in ((16, 8), (32, 16), (16, 8), (32, 16)):
+        seqused = [1000]
+        q, k, v = make_cache(1, h, h_kv, 1, 1000, 128, torch.bfloat16, device, seqused)
+        check_kvcache(q, k, v, seqused, causal=True, num_splits=16)
 
 
 @pytest.mark.gpu

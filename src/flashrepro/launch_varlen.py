@@ -312,13 +312,16 @@ class _DecodePlan:
     """The launches of a checked signature at one split count, one specialization of the
     caches' strides and length, and one 16-byte alignment of each tensor (see
     :func:`kvcache_forward`): the decode kernel's tail from its first call, whose key/value
-    strides and L_max each call replaces, and the combine kernel's, fixed."""
+    strides and L_max each call replaces, and the combine kernel's, fixed. Both are passed on
+    every launch: a DirectLaunch serves every call of its specialization, whose bound tail is
+    its first call's."""
 
     decode: DirectLaunch
     combine: DirectLaunch | None
     grid: tuple[int, int, int]
     combine_grid: tuple[int, int, int]
     tail: tuple[Any, ...]
+    combine_tail: tuple[Any, ...]
     part_shape: tuple[int, ...]
 
 
@@ -445,14 +448,16 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         CAUSAL=causal, STORE_LSE=splits > 1 or lse is not None, num_warps=cfg.num_warps,
         num_stages=cfg.num_stages))
     decode = launch(decode_call, 6, switch)
-    combine = None
+    combine, combine_tail = None, ()
     if splits > 1:
         lse_out = lse if lse is not None else lse_dst  # never written without STORE_LSE
-        combine = launch(KernelCall(decode_combine_kernel, (b * h * lq,), (
+        combine_call = KernelCall(decode_combine_kernel, (b * h * lq,), (
             o_dst, lse_dst, o_kernel, lse_out, *o_kernel.stride(),
             *(lse.stride() if lse is not None else (0, 0, 0)), h, lq, splits), dict(
             HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=COMBINE_BLOCK_S, STORE_LSE=lse is not None,
-            num_warps=4)), 4, switch)
+            num_warps=4))
+        combine = launch(combine_call, 4, switch)
+        combine_tail = tuple(combine_call.ordered_values() or ())[4:]
     if o_kernel is not o:
         o.copy_(o_kernel)
     if plan_key is not None and decode is not None and (splits == 1 or combine is not None):
@@ -461,7 +466,8 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         values = decode_call.ordered_values()
         assert values is not None
         _DECODE_PLANS[plan_key] = _DecodePlan(decode, combine, grid, (b * h * lq, 1, 1),
-                                              tuple(values[6:]), (b, h, lq, splits, d))
+                                              tuple(values[6:]), combine_tail,
+                                              (b, h, lq, splits, d))
     return o, lse
 
 
@@ -482,7 +488,8 @@ def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.T
     lse_part = torch.empty(plan.part_shape[:4], dtype=torch.float32, device=q.device)
     plan.decode.on_stream(plan.grid, device, (q, k, v, o_part, lse_part, seqused_k), tail)
     plan.combine.on_stream(plan.combine_grid, device,
-                           (o_part, lse_part, o, lse if lse is not None else lse_part))
+                           (o_part, lse_part, o, lse if lse is not None else lse_part),
+                           list(plan.combine_tail))
 
 
 def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
