@@ -157,9 +157,19 @@ def test_merge_joins_runs_and_refuses_what_it_cannot_pair() -> None:
     with pytest.raises(ValueError, match="torch"):
         gt.merge([eager, other])
     slower = _results(synthetic_group("static", 16, 3, rng), "d6")
-    slower["method"] = {"rounds": 5}
+    slower["method"] = {**eager["method"], "rounds": 5}
+    merged = gt.merge([eager, slower])
+    assert merged["method"]["rounds"] == f"{eager['method']['rounds']} / 5 (by run, in the " \
+        "order below)"
+    longer = _results(synthetic_group("static", 16, 3, rng), "d7")
+    longer["method"] = {**eager["method"], "prompt": 4096}
     with pytest.raises(ValueError, match="another method"):
-        gt.merge([eager, slower])
+        gt.merge([eager, longer])
+    both = _results(synthetic_group("static", 16, 3, rng), "d8")
+    both["method"] = {**eager["method"], "packed": "p"}
+    eager_packed = {**eager, "method": {**eager["method"], "packed": "p"}}
+    with pytest.raises(ValueError, match="packed-sequence prefill"):
+        gt.merge([eager_packed, both])
     with pytest.raises(ValueError, match="at least two"):
         gt.merge([eager])
     with pytest.raises(ValueError, match="not a generate results JSON"):

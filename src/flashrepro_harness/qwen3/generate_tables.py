@@ -278,11 +278,14 @@ def merge(parts: list[dict[str, Any]], names: list[str] | None = None) -> dict[s
     eager and the static mode measured in separate runs).
 
     Every group of rows compared with each other (a mode and B; the packed prefill) must come
-    from one file: its ratios pair rounds that ran side by side.
+    from one file: its ratios pair rounds that ran side by side. The files' methods may differ
+    only in their round counts (each row keeps its own rounds; the merged method names each
+    run's) and in which one measured the packed prefill.
 
     Raises:
         ValueError: not generate results, fewer than two, another GPU, software, model or
-            method, a row in two files, or a group split between files; each names its file.
+            method, the packed prefill in two files, a row in two files, or a group split
+            between files; each names its file.
     """
     if len(parts) < 2:
         raise ValueError("--merge needs at least two generate.json files")
@@ -300,8 +303,14 @@ def merge(parts: list[dict[str, Any]], names: list[str] | None = None) -> dict[s
                              f"{want[key]!r}")
         if part["model"] != first["model"]:
             raise ValueError(f"--merge: {name} has another model config than {label[0]}")
-        if part["method"] != first["method"]:
-            raise ValueError(f"--merge: {name} has another method than {label[0]}")
+        differs = {k for k in {*part["method"], *first["method"]}
+                   if part["method"].get(k) != first["method"].get(k)}
+        if differs - {"rounds", "packed"}:
+            raise ValueError(f"--merge: {name} has another method than {label[0]} "
+                             f"({', '.join(sorted(differs))})")
+    packed = [p["method"]["packed"] for p in parts if p["method"].get("packed")]
+    if len(packed) > 1:
+        raise ValueError("--merge: more than one file measured the packed-sequence prefill")
     rows: list[dict[str, Any]] = []
     owner: dict[tuple[Any, ...], str] = {}
     seen: set[tuple[Any, ...]] = set()
@@ -316,7 +325,11 @@ def merge(parts: list[dict[str, Any]], names: list[str] | None = None) -> dict[s
                                  "one run)")
             seen.add(key)
             rows.append(r)
-    return {**first, "rows": rows,
+    rounds = [p["method"].get("rounds") for p in parts]
+    method = {**first["method"], "packed": packed[0] if packed else None,
+              "rounds": rounds[0] if len(set(rounds)) == 1
+              else " / ".join(map(str, rounds)) + " (by run, in the order below)"}
+    return {**first, "method": method, "rows": rows,
             "errors": {k: v for p in parts for k, v in p["errors"].items()},
             "skipped": {k: v for p in parts for k, v in p["skipped"].items()},
             "merged_from": [{"date": p["env"].get("date"),
