@@ -171,3 +171,19 @@ def test_per_call_tail_replaces_the_bound_one(monkeypatch: pytest.MonkeyPatch) -
     assert [c[-2:] for c in raw.calls] == [(11, 0.25), (12, 0.75)]
     assert all(c[10:13] == (None, None, None) for c in raw.calls)
     assert dl._args == {}
+
+
+def test_tensor_only_slots_pass_addresses_then_the_tail() -> None:
+    """Without descriptor slots the arguments are the tensors' addresses, then the tail, both
+    through the cached tuple and with a per-call tail."""
+    raw = Recorder()
+    compiled = SimpleNamespace(function=1234, packed_metadata=(4, 1, 0),
+                               metadata=SimpleNamespace(tensordesc_meta=None),
+                               launch_metadata=lambda *a: ("metadata", a))
+    launcher = SimpleNamespace(launch_cooperative_grid=False, launch_pdl=False)
+    dl = DirectLaunch(raw, compiled, launcher, (None, None), [3, 0.5])
+    a, b = torch.zeros(4), torch.zeros(2)
+    dl((2, 1, 1), 7, (a, b))
+    dl((2, 1, 1), 7, (a, b), [4, 0.25])
+    assert [c[13:] for c in raw.calls] == [(a.data_ptr(), b.data_ptr(), 3, 0.5),
+                                           (a.data_ptr(), b.data_ptr(), 4, 0.25)]
