@@ -159,6 +159,8 @@ def test_specialization_tells_apart_what_triton_compiles_apart() -> None:
         assert spec(flags, other) != spec(flags, base), other
     assert spec(flags, [32, torch.zeros(8), 64, 0.5]) == spec(flags, [48, torch.zeros(8), 64,
                                                                        0.5])
+    constexpr = (True,)  # True, 1 and 1.0 are one dict key but three kernels
+    assert len({spec(constexpr, [c]) for c in (True, 1, 1.0)}) == 3
 
 
 def test_per_call_tail_replaces_the_bound_one(monkeypatch: pytest.MonkeyPatch) -> None:

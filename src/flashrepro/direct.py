@@ -157,14 +157,15 @@ _UINT64 = range(2**63, 2**64)
 def specialization(constexprs: tuple[bool, ...], values: list[Any]) -> tuple[Any, ...]:
     """A key that tells apart every two argument lists Triton 3.6 compiles differently
     (``native_specialize_impl``, called for each argument by ``JITFunction.run``), and may tell
-    apart some it does not: a constexpr (``constexprs[i]`` true) by its value; a tensor by
+    apart some it does not: a constexpr (``constexprs[i]`` true) by its class and value (True,
+    1 and 1.0 are equal keys to a dict but three kernels to Triton); a tensor by
     dtype and whether its address is a multiple of 16; an int by Triton's integer type for it
     (int32, int64 or uint64), whether it is 1 and whether 16 divides it; anything else (float,
     bool, None) by its class."""
     key: list[Any] = []
     for is_constexpr, v in zip(constexprs, values, strict=True):
         if is_constexpr:
-            key.append(v)
+            key.append((v.__class__, v))
         elif v.__class__ is int:
             key.append((v in _INT32) + 2 * (v in _UINT64) + 4 * (v == 1) + 8 * (v % 16 == 0))
         elif isinstance(v, torch.Tensor):
@@ -176,6 +177,7 @@ def specialization(constexprs: tuple[bool, ...], values: list[Any]) -> tuple[Any
 
 _COMPILED: dict[tuple[Any, ...], DirectLaunch | None] = {}
 _CONSTEXPRS: dict[int, tuple[bool, ...]] = {}
+_PARAM_NAMES: dict[int, frozenset[str]] = {}
 
 
 def launch(call: KernelCall, io_count: int,
@@ -183,9 +185,10 @@ def launch(call: KernelCall, io_count: int,
     """Run ``call``, whose first ``io_count`` arguments are tensors and the rest scalars (ints,
     floats, bools, None; constexprs and launch options as keywords).
 
-    On a GPU the first call of each :func:`specialization` (with the device, ``num_warps``,
-    ``num_stages`` and ``extra_key``: whatever else the caller knows changes the compiled
-    code, such as an environment switch) goes through Triton's JIT path and keeps its compiled
+    On a GPU the first call of each :func:`specialization` (with the device, the launch options
+    among the keywords, Triton's debug and instrumentation switches, and ``extra_key``:
+    whatever else the caller knows changes the compiled code, such as an environment switch)
+    goes through Triton's JIT path and keeps its compiled
     kernel; later calls of that specialization launch it through :class:`DirectLaunch` with
     their own arguments, without Triton's per-launch binding. So shapes and strides may change
     from call to call (a KV cache that grows) at the cost of a key, not a launch through Triton.
@@ -203,8 +206,13 @@ def launch(call: KernelCall, io_count: int,
     if constexprs is None:
         constexprs = _CONSTEXPRS[id(call.kernel)] = tuple(p.is_constexpr
                                                           for p in call.kernel.params)
-    key = (id(call.kernel), device, call.kwargs.get("num_warps"), call.kwargs.get("num_stages"),
-           *extra_key, specialization(constexprs, values))
+    params = _PARAM_NAMES.get(id(call.kernel))
+    if params is None:
+        params = _PARAM_NAMES[id(call.kernel)] = frozenset(p.name for p in call.kernel.params)
+    options = tuple((k, v) for k, v in call.kwargs.items() if k not in params)
+    key = (id(call.kernel), device, options, knobs.runtime.debug,
+           knobs.compilation.instrumentation_mode, *extra_key,
+           specialization(constexprs, values))
     direct = _COMPILED.get(key)
     if direct is None:
         with torch.cuda.device(device):

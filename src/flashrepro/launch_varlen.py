@@ -413,7 +413,9 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kst = k.stride()
     plan_key = None
     if key is not None and config is None:
+        # seqused_k's layout too: the kernels get a contiguous copy of a strided one
         plan_key = (key, splits, _int_class(l_max), *map(_int_class, kst), kst == v.stride(),
+                    seqused_k.is_contiguous(),
                     *(t.data_ptr() & 15 == 0 for t in (q, k, v, o, seqused_k)))
         plan = _DECODE_PLANS.get(plan_key)
         if plan is not None and fits_int32(k, (2, cfg.block_n), (3, block_d)):
