@@ -10,6 +10,11 @@ on the GPU at real sizes, bf16 included, and at the Qwen3 decode shape.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -145,6 +150,21 @@ def test_interpreter_cache_that_grows_keeps_answers_and_rules() -> None:
     with pytest.raises(ValueError, match="out must not share memory with k"):
         flashrepro.attention_kvcache(q, shared[:, :2, :33], v[:, :, :33], used, causal=True,
                                      enable_gqa=True, out=shared[:, :, 32:33])
+
+
+def test_cached_calls_launch_what_the_full_path_launches() -> None:
+    """tests/plan_fuzz.py: 400 random calls (layouts, alignments, lengths, split counts, lse,
+    out), each through the checked signatures and decode plans and again with them cleared,
+    give the same launches and arguments, and each cached launch matches Triton's own
+    specialization of its arguments. Without the interpreter (kernels as JITFunctions, the
+    launches recorded and never run), hence a process of its own."""
+    root = Path(__file__).resolve().parents[1]
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(root / "src"), str(root)])
+    code = "import sys, tests.plan_fuzz as f; sys.exit(min(f.main(0, 400), 1))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env=env, cwd=root, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
 
 
 class _Recorder:
