@@ -33,7 +33,6 @@ from flashrepro.launch import MAX_PLANS, _gpu_facts, _mma_v3_switch
 from flashrepro.select import fits_int32
 from flashrepro.validation import (
     _check_flag,
-    byte_span,
     check_not_nested,
     check_out,
     interpreter_mode,
@@ -280,7 +279,9 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
                                     or (out is not None and out.requires_grad)):
         return None
-    if any(t.layout is not _STRIDED or t.is_neg() for t in (q, k, v, seqused_k)):
+    if (q.layout is not _STRIDED or k.layout is not _STRIDED or v.layout is not _STRIDED
+            or seqused_k.layout is not _STRIDED or q.is_neg() or k.is_neg() or v.is_neg()
+            or seqused_k.is_neg()):
         return None
     try:
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape[:2], k.shape[3:], k.dtype,
@@ -340,13 +341,21 @@ def _int_class(v: int) -> int:
     return (v in _INT32) + 4 * (v == 1) + 8 * (v % 16 == 0)
 
 
+def _span4(t: torch.Tensor) -> int:
+    """:func:`~flashrepro.validation.byte_span` of a non-empty 4-D tensor, unrolled (a decode
+    call checks four per call)."""
+    (n0, n1, n2, n3), (s0, s1, s2, s3) = t.shape, t.stride()
+    return ((n0 - 1) * s0 + (n1 - 1) * s1 + (n2 - 1) * s2 + (n3 - 1) * s3 + 1) * t.element_size()
+
+
 def _disjoint(out: torch.Tensor, *tensors: torch.Tensor) -> bool:
-    """Whether ``out``'s byte span meets none of ``tensors``' (else the exact check decides)."""
+    """Whether the byte span of ``out`` (4-D, not empty) meets none of ``tensors``' (4-D);
+    where they meet, the exact check decides."""
     o0 = out.data_ptr()
-    o1 = o0 + byte_span(out)
+    o1 = o0 + _span4(out)
     for t in tensors:
         t0 = t.data_ptr()
-        if t0 < o1 and o0 < t0 + byte_span(t):
+        if t0 < o1 and (not t.numel() or o0 < t0 + _span4(t)):
             return False
     return True
 
