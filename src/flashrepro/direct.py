@@ -154,6 +154,12 @@ _INT32 = range(-(2**31), 2**31)
 _UINT64 = range(2**63, 2**64)
 
 
+def int_class(v: int) -> int:
+    """Triton 3.6's specialization of a non-constexpr int: its integer type (int32, int64 or
+    uint64), whether it is 1, whether 16 divides it."""
+    return (v in _INT32) + 2 * (v in _UINT64) + 4 * (v == 1) + 8 * (v % 16 == 0)
+
+
 def specialization(constexprs: tuple[bool, ...], values: list[Any]) -> tuple[Any, ...]:
     """A key that tells apart every two argument lists Triton 3.6 compiles differently
     (``native_specialize_impl``, called for each argument by ``JITFunction.run``), and may tell
@@ -167,7 +173,7 @@ def specialization(constexprs: tuple[bool, ...], values: list[Any]) -> tuple[Any
         if is_constexpr:
             key.append((v.__class__, v))
         elif v.__class__ is int:
-            key.append((v in _INT32) + 2 * (v in _UINT64) + 4 * (v == 1) + 8 * (v % 16 == 0))
+            key.append(int_class(v))
         elif isinstance(v, torch.Tensor):
             key.append((v.dtype, v.data_ptr() & 15 == 0))
         else:
@@ -176,8 +182,8 @@ def specialization(constexprs: tuple[bool, ...], values: list[Any]) -> tuple[Any
 
 
 _COMPILED: dict[tuple[Any, ...], DirectLaunch | None] = {}
-_CONSTEXPRS: dict[int, tuple[bool, ...]] = {}
-_PARAM_NAMES: dict[int, frozenset[str]] = {}
+_PARAMS: dict[int, tuple[tuple[bool, ...], frozenset[str]]] = {}
+"""Per kernel: which parameters are constexprs, and the parameter names."""
 
 
 def launch(call: KernelCall, io_count: int,
@@ -202,13 +208,11 @@ def launch(call: KernelCall, io_count: int,
     if values is None or device < 0:
         call.run()
         return None
-    constexprs = _CONSTEXPRS.get(id(call.kernel))
-    if constexprs is None:
-        constexprs = _CONSTEXPRS[id(call.kernel)] = tuple(p.is_constexpr
-                                                          for p in call.kernel.params)
-    params = _PARAM_NAMES.get(id(call.kernel))
-    if params is None:
-        params = _PARAM_NAMES[id(call.kernel)] = frozenset(p.name for p in call.kernel.params)
+    info = _PARAMS.get(id(call.kernel))
+    if info is None:
+        info = _PARAMS[id(call.kernel)] = (tuple(p.is_constexpr for p in call.kernel.params),
+                                           frozenset(p.name for p in call.kernel.params))
+    constexprs, params = info
     options = tuple((k, v) for k, v in call.kwargs.items() if k not in params)
     key = (id(call.kernel), device, options, knobs.runtime.debug,
            knobs.compilation.instrumentation_mode, *extra_key,

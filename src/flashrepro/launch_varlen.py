@@ -24,7 +24,7 @@ import triton
 from torch.autograd.graph import increment_version
 
 from flashrepro.configs import KernelConfig
-from flashrepro.direct import DirectLaunch, launch
+from flashrepro.direct import DirectLaunch, int_class, launch
 from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.decode import decode_combine_kernel, decode_fwd_kernel
@@ -326,19 +326,14 @@ class _DecodePlan:
     part_shape: tuple[int, ...]
 
 
-_CHECKED_KVCACHE: dict[tuple[Any, ...], _DecodeShape | None] = {}
-"""Signatures (:func:`_kvcache_signature`) of calls that passed every check."""
+_CHECKED_KVCACHE: dict[tuple[Any, ...], _DecodeShape] = {}
+"""Signatures (:func:`_kvcache_signature`) of calls that passed every check, with what they
+fix."""
 _DECODE_PLANS: dict[tuple[Any, ...], _DecodePlan] = {}
 _PARAMS = list(inspect.signature(decode_fwd_kernel.fn).parameters)
 _K_STRIDES = slice(_PARAMS.index("stride_kb") - 6, _PARAMS.index("stride_kd") - 5)
 """Where the caches' strides and L_max sit in the decode kernel's tail (after its 6 tensors)."""
 _L_MAX = _PARAMS.index("max_seqlen_k") - 6
-_INT32 = range(-(2**31), 2**31)
-
-
-def _int_class(v: int) -> int:
-    """Triton's specialization of an int argument (as :func:`flashrepro.direct.specialization`)."""
-    return (v in _INT32) + 4 * (v == 1) + 8 * (v % 16 == 0)
 
 
 def _span4(t: torch.Tensor) -> int:
@@ -423,7 +418,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     plan_key = None
     if key is not None and config is None:
         # seqused_k's layout too: the kernels get a contiguous copy of a strided one
-        plan_key = (key, splits, _int_class(l_max), *map(_int_class, kst), kst == v.stride(),
+        plan_key = (key, splits, int_class(l_max), *map(int_class, kst), kst == v.stride(),
                     seqused_k.is_contiguous(),
                     *(t.data_ptr() & 15 == 0 for t in (q, k, v, o, seqused_k)))
         plan = _DECODE_PLANS.get(plan_key)
