@@ -78,7 +78,8 @@ def tensor(shape: tuple[int, ...], rng: random.Random, dtype: torch.dtype = torc
 
 def random_call(rng: random.Random, family: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
     """A call of ``family``'s shapes: mostly its own layouts (so plans are hit), sometimes
-    others, with a random cache length, split count, ``return_lse`` and ``out``."""
+    others, with a random cache length, split count, ``return_lse``, and ``out`` or an
+    output born (B, Lq, H, D)."""
     b, h, h_kv, lq, d = (family[n] for n in ("b", "h", "h_kv", "lq", "d"))
     l_max = rng.choice([1, 15, 16, 17, 100, 1000, 1001, 4096, 5000, 70000])
     layout = random.Random(family["seed"]) if rng.random() < 0.8 else rng
@@ -92,7 +93,8 @@ def random_call(rng: random.Random, family: dict[str, Any]) -> tuple[tuple, dict
     out = None if rng.random() < 0.5 else tensor((b, h, lq, d), layout)
     return (q, k, v, used), dict(causal=family["causal"], scale=family["scale"],
                                  enable_gqa=h != h_kv, num_splits=rng.choice([None, None, 1, 3]),
-                                 return_lse=rng.random() < 0.5, out=out)
+                                 return_lse=rng.random() < 0.5, out=out,
+                                 bshd=out is None and rng.random() < 0.4)
 
 
 def run(args: tuple, kwargs: dict[str, Any], log: list[dict[str, Any]]

@@ -21,7 +21,7 @@ import torch
 import flashrepro
 from flashrepro import launch_varlen, ops
 from flashrepro.kernels.call import KernelCall
-from flashrepro.kernels.decode import decode_combine_kernel, decode_fwd_kernel
+from flashrepro.kernels.decode import decode_fwd_kernel
 from tests.conftest import HAS_GPU, ON_EACH_MACHINE
 from tests.reference import compiled_kernels
 from tests.varlen_reference import (
@@ -180,29 +180,28 @@ class _Recorder:
 @pytest.mark.parametrize("splits", [1, 4])
 def test_plan_puts_each_calls_strides_and_length_in(splits: int) -> None:
     """A decode plan launches with the plan's arguments but this call's key/value strides and
-    L_max (a cache grown by torch.cat), its tensors in the kernels' order, and with splits the
-    combine kernel on parts of the plan's shape."""
-    decode, combine = _Recorder(), _Recorder()
-    names = launch_varlen._PARAMS[6:]
-    plan = launch_varlen._DecodePlan(decode, combine if splits > 1 else None, (8, 1, splits),
-                                     (16, 1, 1), tuple(range(len(names))), ("c", 16),
-                                     (1, 16, 1, splits, 8))
+    L_max (a cache grown by torch.cat), its tensors in the kernel's order, and with splits
+    fresh float32 parts of the plan's size and counters at 0."""
+    decode = _Recorder()
+    names = launch_varlen._PARAMS[launch_varlen._IO:]
+    parts = 16 * splits * 9 if splits > 1 else 0
+    plan = launch_varlen._DecodePlan(decode, (8, 1, splits), tuple(range(len(names))), parts,
+                                     8)
     q = torch.zeros(1, 16, 1, 8)
     k, v = torch.zeros(1, 8, 37, 8), torch.zeros(1, 8, 37, 8)
     used, o = torch.zeros(1, dtype=torch.int32), torch.zeros(1, 16, 1, 8)
     launch_varlen._launch_plan(plan, q, k, v, used, o, None, k.stride(), 37)
     ((grid, io, tail),) = decode.launches
-    assert grid == (8, 1, splits) and io[:3] == (q, k, v) and io[5] is used
+    assert grid == (8, 1, splits) and io[:4] == (q, k, v, o) and io[5] is used
     values = dict(zip(names, tail, strict=True))
     assert [values[n] for n in ("stride_kb", "stride_kh", "stride_kn", "stride_kd")] == list(
         k.stride())
     assert values["max_seqlen_k"] == 37 and values["stride_qb"] == names.index("stride_qb")
     if splits == 1:
-        assert io[3] is o and combine.launches == []
+        assert io[6] is q and io[7] is used  # never touched without splits
     else:
-        assert io[3].shape == (1, 16, 1, splits, 8) and io[4].shape == (1, 16, 1, splits)
-        ((_, parts, combine_tail),) = combine.launches
-        assert parts[:3] == (io[3], io[4], o) and combine_tail == ["c", 16]
+        assert io[6].shape == (parts,) and io[6].dtype == torch.float32
+        assert io[7].dtype == torch.int32 and io[7].numel() >= 8 and not io[7].any()
 
 
 @pytest.mark.parametrize("device", ON_EACH_MACHINE)
@@ -280,17 +279,13 @@ def test_decode_tiles_follow_the_grid() -> None:
     assert cfg(256, 10_000, 132) == launch_varlen.DecodeConfig(32, 4, 2)
 
 
-@pytest.mark.parametrize("kernel,lengths", [
-    (decode_fwd_kernel, {"kv_group", "seqlen_q", "max_seqlen_k", "num_splits"}),
-    (decode_combine_kernel, {"seqlen_q", "num_splits"}),
-])
-def test_lengths_are_not_specialized(kernel, lengths: set[str]) -> None:
-    """The kernels' length and split arguments are runtime ints (do_not_specialize): Triton
+def test_lengths_are_not_specialized() -> None:
+    """The kernel's length and split arguments are runtime ints (do_not_specialize): Triton
     would otherwise compile anew for a value of 1 or one divisible by 16."""
-    names = getattr(kernel, "do_not_specialize", None)
+    names = getattr(decode_fwd_kernel, "do_not_specialize", None)
     if names is None:  # the interpreter's function keeps the decorator's arguments
-        names = kernel.kwargs["do_not_specialize"]
-    assert lengths <= set(names)
+        names = decode_fwd_kernel.kwargs["do_not_specialize"]
+    assert {"kv_group", "seqlen_q", "max_seqlen_k", "num_splits"} <= set(names)
 
 
 # -- torch ops: opcheck, compile, export --
@@ -399,14 +394,11 @@ def test_gpu_new_lengths_and_cache_sizes_compile_nothing() -> None:
                                      return_lse=True)
 
     call(4096, [4096, 17])
-    before = (len(compiled_kernels(decode_fwd_kernel)),
-              len(compiled_kernels(decode_combine_kernel)))
+    before = len(compiled_kernels(decode_fwd_kernel))
     for l_max, seqused in [(4096, [1, 4000]), (4097, [4097, 0]), (5000, [33, 4999]),
                            (8192, [8192, 1])]:
         call(l_max, seqused)
-    after = (len(compiled_kernels(decode_fwd_kernel)),
-             len(compiled_kernels(decode_combine_kernel)))
-    assert after == before
+    assert len(compiled_kernels(decode_fwd_kernel)) == before
 
 
 @pytest.mark.gpu
@@ -414,7 +406,7 @@ def test_gpu_new_lengths_and_cache_sizes_compile_nothing() -> None:
 def test_gpu_cache_grown_by_cat_relaunches_without_triton(b: int,
                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Caches that grow by one token per call (a new shape and new strides each time, as
-    DynamicCache's torch.cat makes them), B = 1 (16 splits and the combine kernel) and 16
+    DynamicCache's torch.cat makes them), B = 1 (16 splits, merged in the launch) and 16
     (one split): right at every step, and after the first steps of each specialization no
     call goes through Triton's launch path (flashrepro.direct.launch relaunches the compiled
     kernels)."""
@@ -448,7 +440,7 @@ def test_gpu_cache_grown_by_cat_relaunches_without_triton(b: int,
 def test_gpu_plans_of_one_specialization_keep_their_own_arguments() -> None:
     """Two signatures whose kernels share a Triton specialization (H 16 and 32, both
     divisible by 16; 16 splits each) each launch from a plan with their own arguments: the
-    second signature's combine launch must not reuse the first one's head count."""
+    second signature's launch must not reuse the first one's head count."""
     device = torch.device("cuda")
     for h, h_kv in ((16, 8), (32, 16), (16, 8), (32, 16)):
         seqused = [1000]

@@ -20,6 +20,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import flashrepro  # noqa: E402
+from flashrepro import launch_varlen  # noqa: E402
 from flashrepro.integrations import key_spans as ks  # noqa: E402
 from flashrepro.integrations import transformers as fr_tf  # noqa: E402
 from tests.reference import reference_attention  # noqa: E402
@@ -54,6 +55,19 @@ def _sim_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqused_k: t
     return o if out is None else out.copy_(o)
 
 
+def _sim_kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                         seqused_k: torch.Tensor, *, causal: bool, scale: float | None,
+                         enable_gqa: bool, num_splits: None, return_lse: bool,
+                         bshd: bool) -> tuple[torch.Tensor, None]:
+    """``launch_varlen.kvcache_forward`` as the integration calls it: the output born
+    (B, L_q, H, D)."""
+    assert bshd and num_splits is None and not return_lse
+    b, h, lq, d = q.shape
+    out = torch.empty((b, lq, h, d), dtype=q.dtype).transpose(1, 2)
+    return _sim_kvcache(q, k, v, seqused_k, causal=causal, scale=scale,
+                        enable_gqa=enable_gqa, out=out), None
+
+
 def _sim_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,
                 cu_k: torch.Tensor, max_q: int, max_k: int, *, causal: bool,
                 scale: float | None, seqused_k: torch.Tensor | None = None) -> torch.Tensor:
@@ -82,6 +96,7 @@ def _sim_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.T
 def simulated_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(flashrepro, "attention", _sim_attention)
     monkeypatch.setattr(flashrepro, "attention_kvcache", _sim_kvcache)
+    monkeypatch.setattr(launch_varlen, "kvcache_forward", _sim_kvcache_forward)
     monkeypatch.setattr(flashrepro, "attention_varlen", _sim_varlen)
 
 

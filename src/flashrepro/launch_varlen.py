@@ -27,7 +27,7 @@ from flashrepro.configs import KernelConfig
 from flashrepro.direct import DirectLaunch, int_class, launch
 from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.call import KernelCall
-from flashrepro.kernels.decode import decode_combine_kernel, decode_fwd_kernel
+from flashrepro.kernels.decode import decode_fwd_kernel
 from flashrepro.kernels.varlen import varlen_fwd_kernel
 from flashrepro.launch import MAX_PLANS, _gpu_facts, _mma_v3_switch
 from flashrepro.select import fits_int32
@@ -51,8 +51,13 @@ LONG_CACHE_KEYS = 4096
 two (:func:`num_kv_splits`)."""
 MAX_SPLITS = 128
 """The most key splits :func:`num_kv_splits` picks."""
-COMBINE_BLOCK_S = 16
-"""Splits the combine kernel merges per step."""
+MERGE_BLOCK_S = 16
+"""Splits the decode kernel's merge reads per step."""
+MERGE_ELEMENTS = 4096
+"""Part elements the merge reads per step (rows x splits x head dim): 32 float32 registers per
+thread of a 4-warp program."""
+MIN_LOCKS = 4096
+"""Counters in a stream's first buffer of split counters (:func:`split_locks`)."""
 
 
 @dataclass(frozen=True)
@@ -257,6 +262,41 @@ def _lse_dummy(device: torch.device) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=device)
 
 
+_LOCKS: dict[tuple[int, int], torch.Tensor] = {}
+"""Split counters per (GPU, raw stream): launches on one stream run one after another, and each
+leaves its counters at 0."""
+_LOCK_STREAMS: dict[int, torch.cuda.Stream] = {}
+
+
+def split_locks(device: torch.device, count: int) -> torch.Tensor:
+    """``count`` int32 counters at 0 for a split decode launch on torch's current stream of
+    ``device``: the kernel's last split of each tile finds its ticket there and puts the
+    counter back to 0.
+
+    Eager launches share one buffer per stream (no allocation or memset per call): launches
+    on one stream never overlap, and two streams never share counters. In a CUDA-graph capture
+    each launch gets fresh zeros (the memset is captured with it), so replays of graphs on
+    several streams share nothing either. A new buffer is allocated and zeroed on a private
+    stream, outside any CUDA-graph memory pool routed to the launching stream (torch.compile's
+    CUDA-graph trees warm up in their pool and may hand its blocks to graph tensors later),
+    and the launching stream waits for it; no host sync."""
+    if device.type != "cuda" or torch._C._cuda_isCurrentStreamCapturing():
+        return torch.zeros(count, dtype=torch.int32, device=device)
+    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    locks = _LOCKS.get(key)
+    if locks is None or locks.numel() < count:
+        current = torch.cuda.current_stream(device)
+        side = _LOCK_STREAMS.get(device.index)
+        if side is None:
+            side = _LOCK_STREAMS[device.index] = torch.cuda.Stream(device)
+        with torch.cuda.stream(side):
+            locks = torch.zeros(max(count, MIN_LOCKS), dtype=torch.int32, device=device)
+        current.wait_stream(side)
+        locks.record_stream(current)  # freed only after the launching stream's work
+        _LOCKS[key] = locks
+    return locks
+
+
 def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scale: Any,
                        enable_gqa: Any, num_splits: Any, return_lse: Any,
                        out: Any) -> tuple[Any, ...] | None:
@@ -310,20 +350,22 @@ class _DecodeShape:
 
 @dataclass(frozen=True)
 class _DecodePlan:
-    """The launches of a checked signature at one split count, one specialization of the
+    """The launch of a checked signature at one split count, one specialization of the
     caches' strides and length, and one 16-byte alignment of each tensor (see
     :func:`kvcache_forward`): the decode kernel's tail from its first call, whose key/value
-    strides and L_max each call replaces, and the combine kernel's, fixed. Both are passed on
-    every launch: a DirectLaunch serves every call of its specialization, whose bound tail is
-    its first call's."""
+    strides and L_max each call replaces. The tail is passed on every launch: a DirectLaunch
+    serves every call of its specialization, whose bound tail is its first call's.
+
+    Attributes:
+        parts: float32 scratch elements of a split launch (0 without splits).
+        locks: split counters the launch uses (:func:`split_locks`).
+    """
 
     decode: DirectLaunch
-    combine: DirectLaunch | None
     grid: tuple[int, int, int]
-    combine_grid: tuple[int, int, int]
     tail: tuple[Any, ...]
-    combine_tail: tuple[Any, ...]
-    part_shape: tuple[int, ...]
+    parts: int
+    locks: int
 
 
 _CHECKED_KVCACHE: dict[tuple[Any, ...], _DecodeShape] = {}
@@ -331,9 +373,11 @@ _CHECKED_KVCACHE: dict[tuple[Any, ...], _DecodeShape] = {}
 fix."""
 _DECODE_PLANS: dict[tuple[Any, ...], _DecodePlan] = {}
 _PARAMS = list(inspect.signature(decode_fwd_kernel.fn).parameters)
-_K_STRIDES = slice(_PARAMS.index("stride_kb") - 6, _PARAMS.index("stride_kd") - 5)
-"""Where the caches' strides and L_max sit in the decode kernel's tail (after its 6 tensors)."""
-_L_MAX = _PARAMS.index("max_seqlen_k") - 6
+_IO = _PARAMS.index("stride_qb")
+"""The decode kernel's tensor arguments, before its tail."""
+_K_STRIDES = slice(_PARAMS.index("stride_kb") - _IO, _PARAMS.index("stride_kd") - _IO + 1)
+"""Where the caches' strides and L_max sit in the decode kernel's tail."""
+_L_MAX = _PARAMS.index("max_seqlen_k") - _IO
 
 
 def _span4(t: torch.Tensor) -> int:
@@ -371,33 +415,40 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     seqused_k: torch.Tensor, *, causal: bool, scale: float | None,
                     enable_gqa: bool, num_splits: int | None, return_lse: bool,
                     out: torch.Tensor | None = None, config: DecodeConfig | None = None,
-                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+                    bshd: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """:func:`flashrepro.attention_kvcache`'s eager call: validate, launch the decode kernel
-    (and with more than one split the combine kernel), return (o, lse or None). ``config``
-    replaces :func:`decode_config`'s choice (for tuning).
+    (one launch: with more than one split it merges the parts itself), return (o, lse or
+    None). ``config`` replaces :func:`decode_config`'s choice (for tuning). ``bshd`` (with
+    ``out`` None): o is born (B, Lq, H, D) in memory and returned as its (B, H, Lq, D) view,
+    the layout transformers' attention functions return, without the checks an ``out``
+    takes.
 
     Host cost (a decode step calls this once per layer). A call whose
     :func:`_kvcache_signature` passed the checks before skips them (only k's and v's lengths
     and ``out``'s memory are checked again). Its kernels then launch from a
     :class:`_DecodePlan` keyed by that signature, the split count and the Triton
-    specialization of the caches' strides and L_max: the decode kernel's arguments are the
+    specialization of the caches' strides and L_max: the kernel's arguments are the
     plan's with this call's strides and L_max put in, so a cache that grows by a token per call
     (transformers' DynamicCache: new shape and strides each time) still launches from its plan.
     Other calls launch through :func:`flashrepro.direct.launch`, which makes the plan."""
     key = _kvcache_signature(q, k, v, seqused_k, causal, scale, enable_gqa, num_splits,
                              return_lse, out)
+    if key is not None and bshd:
+        key = (*key, bshd)
     shape = _CHECKED_KVCACHE.get(key) if key is not None else None
     if (shape is None or k.shape[2] != v.shape[2]
             or (out is not None and out.numel() and not _disjoint(out, q, k, v))):
         validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
                          num_splits=num_splits, return_lse=return_lse)
-        o = check_out(out, q, q=q, k=k, v=v)
+        o = check_out(out, q, q=q, k=k, v=v) if out is not None or not bshd else _bshd(q)
         if key is not None and config is None and k.shape[1] and q.shape[2]:
             if len(_CHECKED_KVCACHE) >= MAX_PLANS:
                 _CHECKED_KVCACHE.clear()
             _CHECKED_KVCACHE[key] = _decode_shape(q, k, _num_sms(q.device), None)
+    elif out is not None:
+        o = out
     else:
-        o = torch.empty(q.shape, dtype=q.dtype, device=q.device) if out is None else out
+        o = _bshd(q) if bshd else torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if out is not None:
         increment_version(out)
     b, h, lq, d = q.shape
@@ -436,45 +487,41 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if q_kernel is not q or o_kernel is not o:
         plan_key = None
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    if splits == 1:  # the kernel writes the final output: split strides 0
-        o_dst, o_strides = o_kernel, (*o_kernel.stride()[:3], 0, o_kernel.stride(3))
-        lse_dst = lse if lse is not None else _lse_dummy(q.device)
-        lse_strides = (*lse_dst.stride(), 0) if lse is not None else (0, 0, 0, 0)
+    seqused = seqused_k.contiguous()
+    h_kv = k.shape[1]
+    grid = (b * h_kv, shape.row_blocks, splits)
+    parts_numel = b * h * lq * splits * (d + 1) if splits > 1 else 0
+    if parts_numel:
+        parts = torch.empty(parts_numel, dtype=torch.float32, device=q.device)
+        locks = split_locks(q.device, grid[0] * grid[1])
     else:
-        o_dst = torch.empty((b, h, lq, splits, d), dtype=torch.float32, device=q.device)
-        lse_dst = torch.empty((b, h, lq, splits), dtype=torch.float32, device=q.device)
-        o_strides, lse_strides = o_dst.stride(), lse_dst.stride()
-    switch = (_mma_v3_switch(),)
-    grid = (b * k.shape[1], shape.row_blocks, splits)
+        parts, locks = q_kernel, seqused  # never touched without splits
     decode_call = KernelCall(decode_fwd_kernel, grid, (
-        q_kernel, k, v, o_dst, lse_dst, seqused_k.contiguous(),
-        *q_kernel.stride(), *k.stride(), *o_strides, *lse_strides,
-        k.shape[1], shape.kv_group, lq, l_max, splits, sm_scale * LOG2_E), dict(
+        q_kernel, k, v, o_kernel, lse if lse is not None else q_kernel, seqused, parts, locks,
+        *q_kernel.stride(), *k.stride(), *o_kernel.stride(),
+        *(lse.stride() if lse is not None else (0, 0, 0)),
+        h_kv, shape.kv_group, lq, l_max, splits, sm_scale * LOG2_E), dict(
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=shape.block_m, BLOCK_N=cfg.block_n,
-        CAUSAL=causal, STORE_LSE=splits > 1 or lse is not None, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages))
-    decode = launch(decode_call, 6, switch)
-    combine, combine_tail = None, ()
-    if splits > 1:
-        lse_out = lse if lse is not None else lse_dst  # never written without STORE_LSE
-        combine_call = KernelCall(decode_combine_kernel, (b * h * lq,), (
-            o_dst, lse_dst, o_kernel, lse_out, *o_kernel.stride(),
-            *(lse.stride() if lse is not None else (0, 0, 0)), h, lq, splits), dict(
-            HEAD_DIM=d, BLOCK_D=block_d, BLOCK_S=COMBINE_BLOCK_S, STORE_LSE=lse is not None,
-            num_warps=4))
-        combine = launch(combine_call, 4, switch)
-        combine_tail = tuple(combine_call.ordered_values() or ())[4:]
+        CAUSAL=causal, SPLIT=splits > 1, STORE_LSE=lse is not None,
+        MERGE_S=MERGE_BLOCK_S, MERGE_R=max(1, MERGE_ELEMENTS // (MERGE_BLOCK_S * block_d)),
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages))
+    decode = launch(decode_call, _IO, (_mma_v3_switch(),))
     if o_kernel is not o:
         o.copy_(o_kernel)
-    if plan_key is not None and decode is not None and (splits == 1 or combine is not None):
+    if plan_key is not None and decode is not None:
         if len(_DECODE_PLANS) >= MAX_PLANS:
             _DECODE_PLANS.clear()
         values = decode_call.ordered_values()
         assert values is not None
-        _DECODE_PLANS[plan_key] = _DecodePlan(decode, combine, grid, (b * h * lq, 1, 1),
-                                              tuple(values[6:]), combine_tail,
-                                              (b, h, lq, splits, d))
+        _DECODE_PLANS[plan_key] = _DecodePlan(decode, grid, tuple(values[_IO:]), parts_numel,
+                                              grid[0] * grid[1])
     return o, lse
+
+
+def _bshd(q: torch.Tensor) -> torch.Tensor:
+    """An output for q: (B, H, Lq, D), laid out (B, Lq, H, D) in memory."""
+    b, h, lq, d = q.shape
+    return torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
 
 
 def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -484,18 +531,14 @@ def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.T
     tail = list(plan.tail)
     tail[_K_STRIDES] = kst
     tail[_L_MAX] = l_max
-    device = q.get_device()
     seqused_k = seqused_k.contiguous()
-    if plan.combine is None:
-        lse_dst = lse if lse is not None else _lse_dummy(q.device)
-        plan.decode.on_stream(plan.grid, device, (q, k, v, o, lse_dst, seqused_k), tail)
-        return
-    o_part = torch.empty(plan.part_shape, dtype=torch.float32, device=q.device)
-    lse_part = torch.empty(plan.part_shape[:4], dtype=torch.float32, device=q.device)
-    plan.decode.on_stream(plan.grid, device, (q, k, v, o_part, lse_part, seqused_k), tail)
-    plan.combine.on_stream(plan.combine_grid, device,
-                           (o_part, lse_part, o, lse if lse is not None else lse_part),
-                           list(plan.combine_tail))
+    if plan.parts:
+        parts = torch.empty(plan.parts, dtype=torch.float32, device=q.device)
+        locks = split_locks(q.device, plan.locks)
+    else:
+        parts, locks = q, seqused_k  # never touched without splits
+    io = (q, k, v, o, lse if lse is not None else q, seqused_k, parts, locks)
+    plan.decode.on_stream(plan.grid, q.get_device(), io, tail)
 
 
 def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

@@ -57,7 +57,7 @@ from transformers.masking_utils import (
 from transformers.utils.import_utils import is_cuda_stream_capturing, is_tracing
 
 import flashrepro
-from flashrepro import ops
+from flashrepro import launch_varlen, ops
 from flashrepro.api import needs_operator
 from flashrepro.integrations.key_spans import (
     KVCACHE_MAX_LQ,
@@ -324,14 +324,14 @@ def traced_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 def _kvcache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, used: torch.Tensor,
              causal: bool, scale: float | None, gqa: bool) -> torch.Tensor:
     """:func:`flashrepro.attention_kvcache` with ``seqused_k=used``, output (B, L_q, H, D)."""
-    b, h, lq, d = query.shape
-    if needs_operator(query):
+    if needs_operator(query, key, value, used):
         return flashrepro.attention_kvcache(query, key, value, used, causal=causal, scale=scale,
                                             enable_gqa=gqa).transpose(1, 2)
-    out = torch.empty((b, lq, h, d), dtype=query.dtype, device=query.device)
-    flashrepro.attention_kvcache(query, key, value, used, causal=causal, scale=scale,
-                                 enable_gqa=gqa, out=out.transpose(1, 2))
-    return out
+    # its eager call, the output born (B, L_q, H, D): no transpose copy, no out= checks
+    o, _ = launch_varlen.kvcache_forward(query, key, value, used, causal=causal, scale=scale,
+                                         enable_gqa=gqa, num_splits=None, return_lse=False,
+                                         bshd=True)
+    return o.transpose(1, 2)
 
 
 _MEMO: dict[tuple[Any, ...], tuple[torch.Tensor, Any]] = {}
