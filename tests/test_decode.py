@@ -478,6 +478,34 @@ def test_gpu_cuda_graph_replay_with_new_lengths() -> None:
 
 
 @pytest.mark.gpu
+def test_gpu_split_counters_per_stream_end_at_zero() -> None:
+    """Split launches on two streams at once, each over many tiles: right on both, each
+    stream has counters of its own, and every counter is back at 0 afterwards."""
+    device = torch.device("cuda")
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    cases = []
+    for stream in streams:
+        seqused = random_lengths(8, 3000)
+        q, k, v = make_cache(8, 16, 8, 1, 3000, 128, torch.bfloat16, device, seqused)
+        cases.append((stream, q, k, v, seqused))
+    torch.cuda.synchronize()
+    outs = []
+    for _ in range(3):
+        for stream, q, k, v, seqused in cases:
+            used = torch.tensor(seqused, dtype=torch.int32, device=device)
+            with torch.cuda.stream(stream):
+                outs.append((stream, q, k, v, seqused, flashrepro.attention_kvcache(
+                    q, k, v, used, causal=True, enable_gqa=True, num_splits=7)))
+    torch.cuda.synchronize()
+    for _, q, k, v, seqused, o in outs:
+        ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=True)
+        assert_parity(o, None, ref, ref_lse, kvcache_sdpa(q, k, v, seqused, causal=True))
+    mine = {key: t for key, t in launch_varlen._LOCKS.items()
+            if key[1] in {s.cuda_stream for s in streams}}
+    assert len(mine) == 2 and all(int(t.abs().max()) == 0 for t in mine.values())
+
+
+@pytest.mark.gpu
 def test_gpu_compile_reduce_overhead() -> None:
     """mode="reduce-overhead" (CUDA graphs): replays on new inputs and lengths are right."""
     torch._dynamo.reset()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -276,10 +277,8 @@ def split_locks(device: torch.device, count: int) -> torch.Tensor:
     Eager launches share one buffer per stream (no allocation or memset per call): launches
     on one stream never overlap, and two streams never share counters. In a CUDA-graph capture
     each launch gets fresh zeros (the memset is captured with it), so replays of graphs on
-    several streams share nothing either. A new buffer is allocated and zeroed on a private
-    stream, outside any CUDA-graph memory pool routed to the launching stream (torch.compile's
-    CUDA-graph trees warm up in their pool and may hand its blocks to graph tensors later),
-    and the launching stream waits for it; no host sync."""
+    several streams share nothing either. A stream's buffer is allocated by
+    :func:`_zeros_outside_pools`, and the launching stream waits for its zeros; no host sync."""
     if device.type != "cuda" or torch._C._cuda_isCurrentStreamCapturing():
         return torch.zeros(count, dtype=torch.int32, device=device)
     key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
@@ -289,12 +288,34 @@ def split_locks(device: torch.device, count: int) -> torch.Tensor:
         side = _LOCK_STREAMS.get(device.index)
         if side is None:
             side = _LOCK_STREAMS[device.index] = torch.cuda.Stream(device)
-        with torch.cuda.stream(side):
-            locks = torch.zeros(max(count, MIN_LOCKS), dtype=torch.int32, device=device)
+        locks = _zeros_outside_pools(device, side, max(count, MIN_LOCKS))
         current.wait_stream(side)
         locks.record_stream(current)  # freed only after the launching stream's work
         _LOCKS[key] = locks
     return locks
+
+
+def _zeros_outside_pools(device: torch.device, stream: torch.cuda.Stream,
+                         count: int) -> torch.Tensor:
+    """int32 zeros allocated and zeroed on ``stream`` by a thread of their own: torch.compile's
+    CUDA-graph trees route every allocation of the warming-up thread into their pool
+    (``_cuda_beginAllocateCurrentThreadToPool``) and refuse a live block there that no graph
+    output owns ("tensor(s) in the cudagraph pool not tracked as outputs")."""
+    box: list[torch.Tensor | BaseException] = []
+
+    def allocate() -> None:
+        try:
+            with torch.cuda.device(device), torch.cuda.stream(stream):
+                box.append(torch.zeros(count, dtype=torch.int32, device=device))
+        except BaseException as exc:  # raised again in the calling thread
+            box.append(exc)
+
+    worker = threading.Thread(target=allocate, name="flashrepro-split-locks")
+    worker.start()
+    worker.join()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
 
 
 def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scale: Any,
