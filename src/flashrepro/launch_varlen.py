@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import triton
 from torch.autograd.graph import increment_version
 
 from flashrepro.configs import KernelConfig
@@ -31,7 +30,7 @@ from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.decode import decode_fwd_kernel
 from flashrepro.kernels.varlen import varlen_fwd_kernel
 from flashrepro.launch import MAX_PLANS, _gpu_facts, _mma_v3_switch
-from flashrepro.select import fits_int32
+from flashrepro.select import INT32_LIMIT, fits_int32
 from flashrepro.validation import (
     _check_flag,
     check_not_nested,
@@ -96,7 +95,12 @@ def varlen_config(head_dim: int) -> KernelConfig:
     return KernelConfig(64, 32, 4, 2)
 
 
-@functools.cache
+def _cdiv(a: int, b: int) -> int:
+    """``triton.cdiv`` without its cost: Triton 3.6 makes it (and ``triton.next_power_of_2``)
+    a ``ConstexprFunction``, whose call takes about 2.5 µs of host time."""
+    return -(-a // b)
+
+
 def num_kv_splits(programs: int, seqlen_k: int, block_n: int, num_sms: int) -> int:
     """Key splits of a decode launch, from shapes only (never from ``seqused_k``'s values,
     which would be a host sync).
@@ -109,7 +113,7 @@ def num_kv_splits(programs: int, seqlen_k: int, block_n: int, num_sms: int) -> i
     and cold start cost more than a wave's tail (lab/2026-12-02-split-kv-decode/). The kernel
     divides each sequence's own key blocks between the splits.
     """
-    key_blocks = triton.cdiv(seqlen_k, block_n)
+    key_blocks = _cdiv(seqlen_k, block_n)
     splits = max(1, num_sms // programs)
     if splits == 1 and programs < 2 * num_sms and seqlen_k >= LONG_CACHE_KEYS:
         splits = 2
@@ -187,7 +191,7 @@ def validate_kvcache(q: object, k: object, v: object, seqused_k: object, *, caus
     check_num_splits(num_splits)
     h, lq, h_kv = q.shape[1], q.shape[2], k.shape[1]
     rows = (h // h_kv if h_kv else 0) * lq
-    if triton.cdiv(rows, DECODE_MAX_BLOCK_M) > MAX_GRID_YZ:
+    if _cdiv(rows, DECODE_MAX_BLOCK_M) > MAX_GRID_YZ:
         raise ValueError(f"(H / H_kv)·Lq = {rows} query rows per key/value head exceed "
                          f"{MAX_GRID_YZ * DECODE_MAX_BLOCK_M} ({MAX_GRID_YZ} row blocks of "
                          f"{DECODE_MAX_BLOCK_M}, CUDA's gridDim.y); use flashrepro.attention")
@@ -249,7 +253,7 @@ def validate_varlen(q: object, k: object, v: object, cu_seqlens_q: object,
     check_max_seqlen("max_seqlen_q", max_seqlen_q)
     check_max_seqlen("max_seqlen_k", max_seqlen_k)
     block_m = varlen_config(d).block_m
-    if triton.cdiv(max_seqlen_q, block_m) > MAX_GRID_YZ:
+    if _cdiv(max_seqlen_q, block_m) > MAX_GRID_YZ:
         raise ValueError(f"max_seqlen_q = {max_seqlen_q} needs more than {MAX_GRID_YZ} query "
                          f"blocks of {block_m} rows (CUDA's gridDim.y)")
     if batch * h > 2**31 - 1:
@@ -367,6 +371,9 @@ class _DecodeShape:
     row_blocks: int
     block_d: int
     config: DecodeConfig
+    programs: int
+    """B·H_kv·row_blocks: the grid before splits."""
+    num_sms: int
 
 
 @dataclass(frozen=True)
@@ -428,8 +435,10 @@ def _decode_shape(q: torch.Tensor, k: torch.Tensor, num_sms: int,
     rows = kv_group * lq
     block_m = min(DECODE_MAX_BLOCK_M, max(16, 1 << (rows - 1).bit_length()))
     row_blocks = -(-rows // block_m)
-    cfg = config or decode_config(d, b * h_kv * row_blocks, num_sms)
-    return _DecodeShape(kv_group, block_m, row_blocks, max(16, 1 << (d - 1).bit_length()), cfg)
+    programs = b * h_kv * row_blocks
+    cfg = config or decode_config(d, programs, num_sms)
+    return _DecodeShape(kv_group, block_m, row_blocks, max(16, 1 << (d - 1).bit_length()), cfg,
+                        programs, num_sms)
 
 
 def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -480,21 +489,26 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if lse is not None:
             lse.fill_(float("-inf"))
         return o, lse
-    num_sms = _num_sms(q.device)
     if shape is None or config is not None:
-        shape = _decode_shape(q, k, num_sms, config)
+        shape = _decode_shape(q, k, _num_sms(q.device), config)
     cfg, block_d = shape.config, shape.block_d
-    programs = b * k.shape[1] * shape.row_blocks
-    splits = num_splits or num_kv_splits(programs, l_max, cfg.block_n, num_sms)
+    splits = num_splits or num_kv_splits(shape.programs, l_max, cfg.block_n, shape.num_sms)
     kst = k.stride()
     plan_key = None
     if key is not None and config is None:
-        # seqused_k's layout too: the kernels get a contiguous copy of a strided one
-        plan_key = (key, splits, int_class(l_max), *map(int_class, kst), kst == v.stride(),
-                    seqused_k.is_contiguous(),
-                    *(t.data_ptr() & 15 == 0 for t in (q, k, v, o, seqused_k)))
+        # Unrolled (a decode step calls this once per layer): the int classes of L_max and
+        # of k's strides, and each tensor's 16-byte alignment, as Triton specializes them;
+        # seqused_k's layout too (the kernel gets a contiguous copy of a strided one).
+        plan_key = (key, splits, int_class(l_max), int_class(kst[0]), int_class(kst[1]),
+                    int_class(kst[2]), int_class(kst[3]), kst == v.stride(),
+                    seqused_k.is_contiguous(), q.data_ptr() & 15 == 0,
+                    k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, o.data_ptr() & 15 == 0,
+                    seqused_k.data_ptr() & 15 == 0)
         plan = _DECODE_PLANS.get(plan_key)
-        if plan is not None and fits_int32(k, (2, cfg.block_n), (3, block_d)):
+        # fits_int32(k, (2, block_n), (3, block_d)), unrolled
+        if plan is not None and (l_max <= 1 or kst[2] >= INT32_LIMIT
+                                 or kst[2] * cfg.block_n < INT32_LIMIT) and (
+                d <= 1 or kst[3] >= INT32_LIMIT or kst[3] * block_d < INT32_LIMIT):
             _launch_plan(plan, q, k, v, seqused_k, o, lse, kst, l_max)
             return o, lse
     # Head-dim offsets are int32, and K and V share one set of int32 tile offsets.
@@ -585,7 +599,7 @@ def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             lse.fill_(float("-inf"))
         return o, lse
     cfg = varlen_config(d)
-    block_d = max(16, triton.next_power_of_2(d))
+    block_d = max(16, 1 << (d - 1).bit_length())
     if not fits_int32(q, (2, block_d)):
         q = q.contiguous()
     if k.stride() != v.stride() or not all(
@@ -595,7 +609,7 @@ def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     lse_arg = lse if lse is not None else _lse_dummy(q.device)
     used = seqused_k.contiguous() if seqused_k is not None else cu_seqlens_k
     # B·H on gridDim.x: y and z stop at 65535
-    launch(KernelCall(varlen_fwd_kernel, (batch * h, triton.cdiv(max_seqlen_q, cfg.block_m)), (
+    launch(KernelCall(varlen_fwd_kernel, (batch * h, _cdiv(max_seqlen_q, cfg.block_m)), (
         q, k, v, o, lse_arg, cu_seqlens_q.contiguous(), cu_seqlens_k.contiguous(), used,
         *q.stride(), *k.stride(), *o.stride(), lse_arg.stride(0),
         h, h // h_kv, total_q, total_k, sm_scale * LOG2_E), dict(
