@@ -492,9 +492,9 @@ def test_gpu_split_counters_per_stream_end_at_zero() -> None:
     outs = []
     for _ in range(3):
         for stream, q, k, v, seqused in cases:
-            used = torch.tensor(seqused, dtype=torch.int32, device=device)
-            with torch.cuda.stream(stream):
-                outs.append((stream, q, k, v, seqused, flashrepro.attention_kvcache(
+            with torch.cuda.stream(stream):  # used is the stream's own, kept until the sync
+                used = torch.tensor(seqused, dtype=torch.int32, device=device)
+                outs.append((used, q, k, v, seqused, flashrepro.attention_kvcache(
                     q, k, v, used, causal=True, enable_gqa=True, num_splits=7)))
     torch.cuda.synchronize()
     for _, q, k, v, seqused, o in outs:

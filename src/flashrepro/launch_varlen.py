@@ -58,6 +58,8 @@ MERGE_ELEMENTS = 4096
 thread of a 4-warp program."""
 MIN_LOCKS = 4096
 """Counters in a stream's first buffer of split counters (:func:`split_locks`)."""
+MAX_LOCK_STREAMS = 64
+"""Streams whose counter buffers are kept before the cache starts over."""
 
 
 @dataclass(frozen=True)
@@ -268,8 +270,10 @@ def _lse_dummy(device: torch.device) -> torch.Tensor:
 
 
 _LOCKS: dict[tuple[int, int], torch.Tensor] = {}
-"""Split counters per (GPU, raw stream): launches on one stream run one after another, and each
-leaves its counters at 0."""
+"""Split counters per (GPU, raw stream handle): launches on one stream run one after another,
+and each leaves its counters at 0. (A stream destroyed while its launches still run, whose
+handle CUDA hands to a new stream at once, would share them: torch's own streams are pooled and
+never destroyed.)"""
 _LOCK_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
@@ -283,11 +287,13 @@ def split_locks(device: torch.device, count: int) -> torch.Tensor:
     each launch gets fresh zeros (the memset is captured with it), so replays of graphs on
     several streams share nothing either. A stream's buffer is allocated by
     :func:`_zeros_outside_pools`, and the launching stream waits for its zeros; no host sync."""
-    if device.type != "cuda" or torch._C._cuda_isCurrentStreamCapturing():
+    if device.type != "cuda" or _capturing(device):
         return torch.zeros(count, dtype=torch.int32, device=device)
     key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
     locks = _LOCKS.get(key)
     if locks is None or locks.numel() < count:
+        if len(_LOCKS) >= MAX_LOCK_STREAMS:  # a dropped buffer is freed after its streams' work
+            _LOCKS.clear()
         current = torch.cuda.current_stream(device)
         side = _LOCK_STREAMS.get(device.index)
         if side is None:
@@ -297,6 +303,14 @@ def split_locks(device: torch.device, count: int) -> torch.Tensor:
         locks.record_stream(current)  # freed only after the launching stream's work
         _LOCKS[key] = locks
     return locks
+
+
+def _capturing(device: torch.device) -> bool:
+    """Whether torch's current stream of ``device`` (not of the current GPU) is capturing."""
+    if device.index == torch._C._cuda_getDevice():
+        return torch._C._cuda_isCurrentStreamCapturing()
+    with torch.cuda.device(device):
+        return torch._C._cuda_isCurrentStreamCapturing()
 
 
 def _zeros_outside_pools(device: torch.device, stream: torch.cuda.Stream,
