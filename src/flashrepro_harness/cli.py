@@ -35,8 +35,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
 """Subcommand -> (module with ``add_arguments`` and ``run``, help text)."""
 
 
-DESCRIPTION = ("A Triton FlashAttention-2 forward kernel and the rerun of its published analysis: "
-               "timings vs torch SDPA (GPU), SASS counts (any Linux machine), the regression "
+DESCRIPTION = ("A FlashAttention forward kernel (Triton; Gluon on Hopper) and the rerun of "
+               "its published analysis: timings vs torch SDPA (GPU), SASS counts (any Linux "
+               "machine), the regression "
                "gate. Options of each subcommand: flashrepro SUBCOMMAND --help. The nox "
                "sessions (README) are thin calls to these.")
 """What ``flashrepro --help`` says above the list of subcommands (the module docstring is for
