@@ -146,13 +146,7 @@ class LaunchPlan:
             with _on_device(q.device):
                 self.call.with_io(io).run()
         else:
-            device = q.get_device()
-            stream = torch._C._cuda_getCurrentRawStream(device)
-            if device == torch._C._cuda_getDevice():
-                self.direct(self.grid, stream, (q, k, v, o, lse))
-            else:  # Triton's launcher runs on the current GPU
-                with torch.cuda.device(device):
-                    self.direct(self.grid, stream, (q, k, v, o, lse))
+            self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse))
         return o, (None if self.lse_dummy is not None else lse)
 
 
