@@ -229,6 +229,12 @@ def _tuned_table() -> dict[str, KernelConfig]:
     return {k: KernelConfig(**v) for k, v in json.loads(TUNED_TABLE.read_text()).items()}
 
 
+def block_dim(n: int) -> int:
+    """The tile size that covers ``n`` >= 1 elements: the next power of two (``tl.arange``
+    needs one), at least 16 (``tl.dot``'s smallest K and N)."""
+    return max(16, 1 << (n - 1).bit_length())
+
+
 def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None) -> KernelConfig:
     """The configuration of the default launch (no tuning at call time).
 
@@ -240,7 +246,7 @@ def default_config(head_dim: int, causal: bool, seqlen_q: int, arch: int | None)
 
     ``arch`` is a :func:`launch_arch` value; None (the interpreter) skips the table.
     """
-    padded = max(16, 1 << (head_dim - 1).bit_length())
+    padded = block_dim(head_dim)
     if arch is not None:
         key = table_key(arch, padded, causal, length_bucket(seqlen_q))
         if key in _tuned_table():

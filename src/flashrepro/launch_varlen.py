@@ -23,7 +23,7 @@ from typing import Any
 import torch
 from torch.autograd.graph import increment_version
 
-from flashrepro.configs import KernelConfig
+from flashrepro.configs import KernelConfig, block_dim
 from flashrepro.direct import DirectLaunch, int_class, launch
 from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.call import KernelCall
@@ -98,8 +98,9 @@ def varlen_config(head_dim: int) -> KernelConfig:
 
 
 def _cdiv(a: int, b: int) -> int:
-    """``triton.cdiv`` without its cost: Triton 3.6 makes it (and ``triton.next_power_of_2``)
-    a ``ConstexprFunction``, whose call takes about 2.5 µs of host time."""
+    """``triton.cdiv`` without its cost: Triton 3.6 makes it (and ``triton.next_power_of_2``,
+    whose place :func:`~flashrepro.configs.block_dim` takes) a ``ConstexprFunction``, whose
+    call takes about 2.5 µs of host time."""
     return -(-a // b)
 
 
@@ -447,12 +448,11 @@ def _decode_shape(q: torch.Tensor, k: torch.Tensor, num_sms: int,
     h_kv = k.shape[1]
     kv_group = h // h_kv
     rows = kv_group * lq
-    block_m = min(DECODE_MAX_BLOCK_M, max(16, 1 << (rows - 1).bit_length()))
-    row_blocks = -(-rows // block_m)
+    block_m = min(DECODE_MAX_BLOCK_M, block_dim(rows))
+    row_blocks = _cdiv(rows, block_m)
     programs = b * h_kv * row_blocks
     cfg = config or decode_config(d, programs, num_sms)
-    return _DecodeShape(kv_group, block_m, row_blocks, max(16, 1 << (d - 1).bit_length()), cfg,
-                        programs, num_sms)
+    return _DecodeShape(kv_group, block_m, row_blocks, block_dim(d), cfg, programs, num_sms)
 
 
 def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -613,7 +613,7 @@ def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             lse.fill_(float("-inf"))
         return o, lse
     cfg = varlen_config(d)
-    block_d = max(16, 1 << (d - 1).bit_length())
+    block_d = block_dim(d)
     if not fits_int32(q, (2, block_d)):
         q = q.contiguous()
     if k.stride() != v.stride() or not all(

@@ -50,6 +50,7 @@ from flashrepro.configs import (
     NAMED,
     TRITON_FALLBACK,
     KernelConfig,
+    block_dim,
     default_config,
 )
 from flashrepro.kernels import LOG2_E, fwd_gluon, fwd_gluon_ws
@@ -214,7 +215,7 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     else:
         cfg = NAMED[config]
     causal_offset = lk - lq if causal_alignment == "bottom_right" else 0
-    block_d = max(16, triton.next_power_of_2(d))
+    block_d = block_dim(d)
     contiguous_q = not fits_int32(q, (3, block_d))
     contiguous_kv = k.stride() != v.stride() or not all(
         fits_int32(t, (2, cfg.block_n), (3, block_d)) for t in (k, v))
