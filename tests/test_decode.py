@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import flashrepro
-from flashrepro import launch_varlen, ops
+from flashrepro import counters, launch_varlen, ops
 from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.decode import decode_fwd_kernel
 from tests.conftest import HAS_GPU, ON_EACH_MACHINE
@@ -500,7 +500,7 @@ def test_gpu_split_counters_per_stream_end_at_zero() -> None:
     for _, q, k, v, seqused, o in outs:
         ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=True)
         assert_parity(o, None, ref, ref_lse, kvcache_sdpa(q, k, v, seqused, causal=True))
-    mine = {key: t for key, t in launch_varlen._LOCKS.items()
+    mine = {key: t for key, t in counters._BUFFERS.items()
             if key[1] in {s.cuda_stream for s in streams}}
     assert len(mine) == 2 and all(int(t.abs().max()) == 0 for t in mine.values())
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +23,7 @@ import torch
 from torch.autograd.graph import increment_version
 
 from flashrepro.configs import KernelConfig, block_dim
+from flashrepro.counters import stream_counters
 from flashrepro.direct import DirectLaunch, int_class, launch
 from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.call import KernelCall
@@ -56,10 +56,6 @@ MERGE_BLOCK_S = 16
 MERGE_ELEMENTS = 4096
 """Part elements the merge reads per step (rows x splits x head dim): 32 float32 registers per
 thread of a 4-warp program."""
-MIN_LOCKS = 4096
-"""Counters in a stream's first buffer of split counters (:func:`split_locks`)."""
-MAX_LOCK_STREAMS = 64
-"""Streams whose counter buffers are kept before the cache starts over."""
 
 
 @dataclass(frozen=True)
@@ -270,73 +266,6 @@ def _lse_dummy(device: torch.device) -> torch.Tensor:
     return torch.empty(1, dtype=torch.float32, device=device)
 
 
-_LOCKS: dict[tuple[int, int], torch.Tensor] = {}
-"""Split counters per (GPU, raw stream handle): launches on one stream run one after another,
-and each leaves its counters at 0. (A stream destroyed while its launches still run, whose
-handle CUDA hands to a new stream at once, would share them: torch's own streams are pooled and
-never destroyed.)"""
-_LOCK_STREAMS: dict[int, torch.cuda.Stream] = {}
-
-
-def split_locks(device: torch.device, count: int) -> torch.Tensor:
-    """``count`` int32 counters at 0 for a split decode launch on torch's current stream of
-    ``device``: the kernel's last split of each tile finds its ticket there and puts the
-    counter back to 0.
-
-    Eager launches share one buffer per stream (no allocation or memset per call): launches
-    on one stream never overlap, and two streams never share counters. In a CUDA-graph capture
-    each launch gets fresh zeros (the memset is captured with it), so replays of graphs on
-    several streams share nothing either. A stream's buffer is allocated by
-    :func:`_zeros_outside_pools`, and the launching stream waits for its zeros; no host sync."""
-    if device.type != "cuda" or _capturing(device):
-        return torch.zeros(count, dtype=torch.int32, device=device)
-    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
-    locks = _LOCKS.get(key)
-    if locks is None or locks.numel() < count:
-        if len(_LOCKS) >= MAX_LOCK_STREAMS:  # a dropped buffer is freed after its streams' work
-            _LOCKS.clear()
-        current = torch.cuda.current_stream(device)
-        side = _LOCK_STREAMS.get(device.index)
-        if side is None:
-            side = _LOCK_STREAMS[device.index] = torch.cuda.Stream(device)
-        locks = _zeros_outside_pools(device, side, max(count, MIN_LOCKS))
-        current.wait_stream(side)
-        locks.record_stream(current)  # freed only after the launching stream's work
-        _LOCKS[key] = locks
-    return locks
-
-
-def _capturing(device: torch.device) -> bool:
-    """Whether torch's current stream of ``device`` (not of the current GPU) is capturing."""
-    if device.index == torch._C._cuda_getDevice():
-        return torch._C._cuda_isCurrentStreamCapturing()
-    with torch.cuda.device(device):
-        return torch._C._cuda_isCurrentStreamCapturing()
-
-
-def _zeros_outside_pools(device: torch.device, stream: torch.cuda.Stream,
-                         count: int) -> torch.Tensor:
-    """int32 zeros allocated and zeroed on ``stream`` by a thread of their own: torch.compile's
-    CUDA-graph trees route every allocation of the warming-up thread into their pool
-    (``_cuda_beginAllocateCurrentThreadToPool``) and refuse a live block there that no graph
-    output owns ("tensor(s) in the cudagraph pool not tracked as outputs")."""
-    box: list[torch.Tensor | BaseException] = []
-
-    def allocate() -> None:
-        try:
-            with torch.cuda.device(device), torch.cuda.stream(stream):
-                box.append(torch.zeros(count, dtype=torch.int32, device=device))
-        except BaseException as exc:  # raised again in the calling thread
-            box.append(exc)
-
-    worker = threading.Thread(target=allocate, name="flashrepro-split-locks")
-    worker.start()
-    worker.join()
-    if isinstance(box[0], BaseException):
-        raise box[0]
-    return box[0]
-
-
 def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scale: Any,
                        enable_gqa: Any, num_splits: Any, return_lse: Any,
                        out: Any) -> tuple[Any, ...] | None:
@@ -401,7 +330,7 @@ class _DecodePlan:
 
     Attributes:
         parts: float32 scratch elements of a split launch (0 without splits).
-        locks: split counters the launch uses (:func:`split_locks`).
+        locks: split counters the launch uses (:func:`~flashrepro.counters.stream_counters`).
     """
 
     decode: DirectLaunch
@@ -542,7 +471,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     parts_numel = b * h * lq * splits * (d + 1) if splits > 1 else 0
     if parts_numel:
         parts = torch.empty(parts_numel, dtype=torch.float32, device=q.device)
-        locks = split_locks(q.device, grid[0] * grid[1])
+        locks = stream_counters(q.device, grid[0] * grid[1])
     else:
         parts, locks = q_kernel, seqused  # never touched without splits
     decode_call = KernelCall(decode_fwd_kernel, grid, (
@@ -583,7 +512,7 @@ def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.T
     seqused_k = seqused_k.contiguous()
     if plan.parts:
         parts = torch.empty(plan.parts, dtype=torch.float32, device=q.device)
-        locks = split_locks(q.device, plan.locks)
+        locks = stream_counters(q.device, plan.locks)
     else:
         parts, locks = q, seqused_k  # never touched without splits
     io = (q, k, v, o, lse if lse is not None else q, seqused_k, parts, locks)
