@@ -337,8 +337,9 @@ def test_tile_grid_launches_one_program_per_tile(tile_grid: bool, programs: int 
 @pytest.mark.parametrize("dynamic", [False, True])
 def test_dynamic_schedule_reaches_the_ws_kernel(dynamic: bool) -> None:
     """``dynamic_schedule``: the ws kernel's call on the persistent grid carries
-    DYNAMIC_SCHEDULE and a fresh int32 counter of one element at 0 on q's device; without it,
-    neither (the static kernel's call as before); two and three consumers."""
+    DYNAMIC_SCHEDULE and an empty int32 placeholder for its stream counter on q's device (the
+    launcher binds the counter: a plan must hold no memory of its own); without it, neither (the
+    static kernel's call as before); two and three consumers."""
     import dataclasses
 
     import torch
@@ -356,10 +357,17 @@ def test_dynamic_schedule_reaches_the_ws_kernel(dynamic: bool) -> None:
         if dynamic:
             counter = kwargs["tile_counter"]
             assert kwargs["DYNAMIC_SCHEDULE"] is True
-            assert counter.dtype == torch.int32 and counter.shape == (1,)
-            assert counter.item() == 0 and counter.device == q.device
+            assert counter.dtype == torch.int32 and counter.shape == (0,)
+            assert counter.device == q.device
+            bound = chosen.call.with_counter(torch.zeros(1, dtype=torch.int32))
+            assert bound.kwargs["tile_counter"].shape == (1,)
+            slot = chosen.call.counter_slot()
+            assert slot is not None
+            assert bound.ordered_values()[slot] is bound.kwargs["tile_counter"]
         else:
             assert "DYNAMIC_SCHEDULE" not in kwargs and "tile_counter" not in kwargs
+            assert chosen.call.counter_slot() is None
+            assert chosen.call.with_counter(torch.zeros(1)) is chosen.call
 
 
 def test_the_dynamic_schedule_needs_the_persistent_grid() -> None:

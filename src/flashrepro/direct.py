@@ -45,6 +45,7 @@ class DirectLaunch:
         tail: every later argument, as ``CompiledKernel.run`` takes it (no descriptors).
 
     Attributes:
+        tail: the bound tail.
         encodes: TMA descriptors encoded so far.
     """
 
@@ -58,7 +59,7 @@ class DirectLaunch:
         self._slots: list[tuple[Any, Any, dict[int, list[Any]]] | None] = [
             None if t is None else (t, next(metas, None), {}) for t in io_templates]
         self._plain = all(slot is None for slot in self._slots)  # tensors only, no descriptor
-        self._tail = tail
+        self.tail = tail
         self._args: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self.encodes = 0
 
@@ -131,7 +132,7 @@ class DirectLaunch:
         same Triton specialization (:func:`specialization`), checked by the caller."""
         enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
         if tail is not None or not (_idle(enter) and _idle(leave)):
-            tail = self._tail if tail is None else tail
+            tail = self.tail if tail is None else tail
             hooked = not (_idle(enter) and _idle(leave))
             metadata = (self._compiled.launch_metadata(grid, stream, *io, *tail) if hooked
                         else None)
@@ -143,7 +144,7 @@ class DirectLaunch:
         args = self._args.get(key)
         if args is None:
             args = (grid[0], grid[1], grid[2], stream, self._compiled.function, *self._flags,
-                    None, None, None, *self._arguments(io, self._tail))
+                    None, None, None, *self._arguments(io, self.tail))
             if len(self._args) >= MAX_ADDRESSES:
                 self._args.clear()
             self._args[key] = args

@@ -30,6 +30,7 @@ from torch.autograd.graph import increment_version
 from triton.compiler import CompiledKernel
 
 from flashrepro.configs import KernelConfig
+from flashrepro.counters import stream_counters
 from flashrepro.direct import DirectLaunch
 from flashrepro.kernels.call import IO_ARGS, KernelCall, rebind_io
 from flashrepro.select import (
@@ -100,6 +101,9 @@ class LaunchPlan:
         spans: bytes from the first to one past the last element of q, k, v and ``out`` (fixed
             by the signature's shapes, strides and dtypes), for plans keyed with an ``out``:
             see :meth:`out_is_apart`.
+        counter_slot: where the kernel takes a stream counter
+            (:data:`~flashrepro.kernels.call.STREAM_COUNTER`), its index in ``direct.tail``;
+            each launch passes the current stream's.
     """
 
     call: KernelCall
@@ -111,6 +115,7 @@ class LaunchPlan:
     contiguous_q: bool
     contiguous_kv: bool
     spans: tuple[int, int, int, int] | None = None
+    counter_slot: int | None = None
 
     def out_is_apart(self, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                      v: torch.Tensor) -> bool:
@@ -144,9 +149,13 @@ class LaunchPlan:
         if self.direct is None:
             io = rebind_io(self.call.args[:IO_ARGS], (q, k, v, o, lse))
             with _on_device(q.device):
-                self.call.with_io(io).run()
-        else:
+                self.call.with_io(io).with_counter(stream_counters(q.device, 1)).run()
+        elif self.counter_slot is None:
             self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse))
+        else:
+            tail = list(self.direct.tail)
+            tail[self.counter_slot] = stream_counters(q.device, 1)
+            self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse), tail)
         return o, (None if self.lse_dummy is not None else lse)
 
 
@@ -263,7 +272,7 @@ def _forward_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     io = chosen.operands(q, k, v, o, lse)
     try:
         with _on_device(q.device):
-            compiled = chosen.bind(io).run()
+            compiled = chosen.bind(io).with_counter(stream_counters(q.device, 1)).run()
     except triton.runtime.errors.OutOfResources as exc:
         raise ValueError(f"config {chosen.config.label()} does not fit this GPU for "
                          f"D={q.shape[3]}: {exc}") from exc
@@ -283,6 +292,8 @@ def _plan(chosen: Selection, compiled: CompiledKernel | None, out_shape: tuple[i
         values = call.ordered_values()
         if values is not None:
             direct = DirectLaunch.bind(compiled, call.args[:IO_ARGS], values[IO_ARGS:])
+    slot = call.counter_slot()
     return LaunchPlan(call=call, direct=direct, grid=(*call.grid, 1, 1)[:3], out_shape=out_shape,
                       lse_shape=lse_shape, lse_dummy=lse_dummy,
-                      contiguous_q=chosen.contiguous_q, contiguous_kv=chosen.contiguous_kv)
+                      contiguous_q=chosen.contiguous_q, contiguous_kv=chosen.contiguous_kv,
+                      counter_slot=None if slot is None else slot - IO_ARGS)

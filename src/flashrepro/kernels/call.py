@@ -20,6 +20,10 @@ from triton.runtime.jit import JITFunction
 
 IO_ARGS = 5
 """The leading arguments every forward kernel takes: Q, K, V, O, LSE."""
+STREAM_COUNTER = "tile_counter"
+"""The keyword of a kernel argument that is an int32 at 0 at launch and that the kernel leaves
+at 0 (the ws kernel's dynamic schedule): whoever repeats the call passes its stream's
+(:func:`flashrepro.counters.stream_counters`), as two launches at once must not share one."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,21 @@ class KernelCall:
         """The same call with Q, K, V, O, LSE replaced by ``io`` (as :func:`rebind_io` builds,
         or :func:`io_templates`)."""
         return KernelCall(self.kernel, self.grid, io + self.args[IO_ARGS:], self.kwargs)
+
+    def with_counter(self, counter: torch.Tensor) -> KernelCall:
+        """The same call with ``counter`` as its :data:`STREAM_COUNTER` argument, if it takes
+        one."""
+        if STREAM_COUNTER not in self.kwargs:
+            return self
+        return KernelCall(self.kernel, self.grid, self.args,
+                          {**self.kwargs, STREAM_COUNTER: counter})
+
+    def counter_slot(self) -> int | None:
+        """The index of the :data:`STREAM_COUNTER` argument among :meth:`ordered_values`, or
+        None."""
+        if STREAM_COUNTER not in self.kwargs or not isinstance(self.kernel, JITFunction):
+            return None
+        return [p.name for p in self.kernel.params].index(STREAM_COUNTER)
 
     def ordered_values(self) -> list[Any] | None:
         """Every parameter of the kernel in signature order, constexprs included (what

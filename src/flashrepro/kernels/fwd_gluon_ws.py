@@ -57,7 +57,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from flashrepro.kernels.call import KernelCall
+from flashrepro.kernels.call import STREAM_COUNTER, KernelCall
 from flashrepro.kernels.fwd import tile_coords
 from flashrepro.kernels.fwd_gluon import (
     _key_blocks,
@@ -485,7 +485,8 @@ def attn_fwd_gluon_ws_kernel(
     q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, 64, D];
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
     tile_counter (DYNAMIC_SCHEDULE only): one int32 that is 0 at launch; the kernel leaves it
-    at 0, so launches in one stream may share it, concurrent launches may not.
+    at 0, so launches in one stream may share it, concurrent launches may not
+    (:mod:`flashrepro.counters`).
     """
     dtype: gl.constexpr = q_desc.dtype
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
@@ -584,10 +585,11 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
             with 8 warps) or 3 (FA3's 192-row tile for D = 64, 160 registers per consumer:
             BLOCK_M 192 with 12 warps, config ``fa3-ws3``).
         dynamic_schedule: the persistent programs claim tiles from a global counter instead of
-            the static snake order (``KernelConfig.dynamic_schedule``). The counter, one int32
-            made here and kept in the returned call, is reset by the kernel itself, so the call
-            can be repeated in one stream without a host-side reset; two launches of one call
-            must not run concurrently (they would share it).
+            the static snake order (``KernelConfig.dynamic_schedule``). The counter is the
+            keyword argument :data:`~flashrepro.kernels.call.STREAM_COUNTER`, an int32 at 0
+            that the kernel leaves at 0; the returned call holds an empty placeholder (no
+            memory), which the launcher replaces by its stream's counter
+            (``KernelCall.with_counter``, :func:`flashrepro.counters.stream_counters`).
 
     Raises:
         ValueError: num_consumers not 2 or 3, or 3 with D other than 64 (its registers);
@@ -607,8 +609,8 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
                   STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
                   num_warps=4, maxnreg=maxnreg)
     if dynamic_schedule:
-        kwargs.update(DYNAMIC_SCHEDULE=True,
-                      tile_counter=torch.zeros(1, dtype=torch.int32, device=q.device))
+        kwargs.update({"DYNAMIC_SCHEDULE": True,
+                       STREAM_COUNTER: torch.empty(0, dtype=torch.int32, device=q.device)})
     return KernelCall(attn_fwd_gluon_ws_kernel, grid, (
         tma_descriptor(q, CONSUMER_ROWS.value), tma_descriptor(k, block_n),
         tma_descriptor(v, block_n), tma_descriptor(o, CONSUMER_ROWS.value),
