@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 import sys
 import types
+from typing import Any
 
 import pytest
 import torch
@@ -235,6 +236,34 @@ def test_best_peer_is_the_fastest_of_cudnn_and_the_peers() -> None:
                      strict=True))
     assert float(cells["flashrepro / best peer (time)"]) == pytest.approx(1.25)
     assert cells["best peer"] == "fa4-cute"
+
+
+def test_best_peer_ratio_is_computed_round_by_round() -> None:
+    """With per-round times the ratio is the median of each round's flashrepro time over that
+    round's fastest candidate, with the range; the table shows both and the summary counts a
+    point behind only when its median is above 1, surely behind when every round is."""
+    def rounds(**times: list[float]) -> dict[str, dict[str, Any]]:
+        return {n.replace("_", "-"): {"median_us": statistics.median(t), "round_medians_us": t,
+                                      "tflops": 1e3 / statistics.median(t)}
+                for n, t in times.items()}
+
+    ks = rounds(flashrepro=[10.0, 12.0, 11.0], torch_cudnn=[10.0, 10.0, 13.0],
+                fa4_cute=[11.0, 9.0, 10.5], torch_flash=[1.0, 1.0, 1.0])
+    got = sweep.best_peer(ks)
+    assert got is not None and got["name"] == "torch-cudnn"  # median 10.0 against FA4's 10.5
+    per_round = [10.0 / 10.0, 12.0 / 9.0, 11.0 / 10.5]
+    assert got["ratio"] == pytest.approx(statistics.median(per_round))
+    assert (got["low"], got["high"]) == (pytest.approx(1.0), pytest.approx(12.0 / 9.0))
+    point = {"problem": PROBLEM.as_dict(), "skipped": {}, "kernels": ks}
+    head, _, row = sweep.table([point], "github").splitlines()
+    cells = dict(zip((c.strip() for c in head.split("|")), (c.strip() for c in row.split("|")),
+                     strict=True))
+    assert cells["flashrepro / best peer (time)"] == "1.048 [1.000-1.333]"
+    line = sweep.summary([point])
+    assert "behind (median > 1.00) at 1, every round behind at 0" in line
+    ahead = rounds(flashrepro=[9.0, 9.0, 9.0], torch_cudnn=[10.0, 10.0, 10.0])
+    assert "behind (median > 1.00) at 0" in sweep.summary(
+        [{"problem": PROBLEM.as_dict(), "kernels": ahead}])
 
 
 def test_tune_table_has_the_peer_row_that_never_wins(

@@ -65,8 +65,9 @@ def sweep(environment: dict[str, Any], lengths: list[int], head_dims: list[int],
     return {"schema": RESULTS_SCHEMA, "kind": "bench", "env": environment,
             "method": {"timer": "cuda-events per call, L2 flushed", "rounds": rounds,
                        "layouts": peers.layouts_note(KERNELS),
-                       "best_peer": "flashrepro median µs / the smallest median µs of "
-                                    + ", ".join(K.BEST_PEER_CANDIDATES) + " (those that ran)",
+                       "best_peer": "per round, flashrepro's median µs over the smallest "
+                                    "median µs of " + ", ".join(K.BEST_PEER_CANDIDATES)
+                                    + " (those that ran); median over rounds [range]",
                        "calls_per_round": calls,
                        "statistic": "median of per-round medians",
                        "flops": "4·B·H·L²·D, halved when causal", "tokens": tokens},
@@ -81,29 +82,48 @@ def write_results(out_dir: Path, results: dict[str, Any]) -> None:
     write_atomic(out_dir / "bench.json", json.dumps(results, indent=1) + "\n")
     text = caption(results["env"], results["method"]["tokens"])
     write_atomic(out_dir / "bench.md",
-                 f"# Sweep\n\n{text}\n\n{table(results['points'], 'github')}\n")
+                 f"# Sweep\n\n{text}\n\n{summary(results['points'])}\n\n"
+                 f"{table(results['points'], 'github')}\n")
     plot(results["points"], out_dir / "bench.png", text)
 
 
 def best_peer(kernels: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
-    """The fastest of :data:`flashrepro_harness.bench.impls.BEST_PEER_CANDIDATES` that ran, and
-    flashrepro's time over its time (median µs over median µs: > 1 means flashrepro is
-    behind); None when flashrepro or every candidate is missing.
+    """The fastest of :data:`flashrepro_harness.bench.impls.BEST_PEER_CANDIDATES` that ran (by
+    median), and flashrepro's time over the best candidate's (> 1 means flashrepro is behind),
+    computed round by round: in each round flashrepro's median over the fastest candidate's
+    median of that round. ``ratio`` is the median of those, ``low``/``high`` their range; a
+    point without per-round times (``round_medians_us``) has the ratio of the medians and no
+    range. None when flashrepro or every candidate is missing.
 
     Args:
-        kernels: a point's ``kernels``: name -> {"median_us": µs, ...}.
+        kernels: a point's ``kernels``: name -> {"median_us": µs, "round_medians_us": [...]}.
     """
     ran = [n for n in K.BEST_PEER_CANDIDATES if n in kernels]
     if "flashrepro" not in kernels or not ran:
         return None
     name = min(ran, key=lambda n: kernels[n]["median_us"])
-    return {"name": name,
-            "ratio": kernels["flashrepro"]["median_us"] / kernels[name]["median_us"]}
+    rounds = [kernels[n].get("round_medians_us") for n in ("flashrepro", *ran)]
+    if not all(rounds) or len({len(r) for r in rounds}) != 1:  # type: ignore[arg-type]
+        return {"name": name,
+                "ratio": kernels["flashrepro"]["median_us"] / kernels[name]["median_us"]}
+    mine, *theirs = rounds
+    per_round = [t / min(peer) for t, *peer in zip(mine, *theirs, strict=True)]  # type: ignore[arg-type]
+    return {"name": name, "ratio": statistics.median(per_round), "low": min(per_round),
+            "high": max(per_round)}
+
+
+def _ratio_cell(best: dict[str, Any] | None) -> str:
+    if best is None:
+        return "n/a"
+    if "low" not in best:
+        return f"{best['ratio']:.3f}"
+    return f"{best['ratio']:.3f} [{best['low']:.3f}-{best['high']:.3f}]"
 
 
 def table(points: list[dict[str, Any]], fmt: str) -> str:
     """One row per point: TFLOP/s per kernel, flashrepro's ratio to cuDNN's TFLOP/s, and
-    flashrepro's time over the best peer's (:func:`best_peer`) with that peer's name."""
+    flashrepro's time over the best peer's (:func:`best_peer`: median over rounds [range]) with
+    that peer's name."""
     rows = []
     for pt in points:
         p, ks = pt["problem"], pt["kernels"]
@@ -113,10 +133,34 @@ def table(points: list[dict[str, Any]], fmt: str) -> str:
         best = best_peer(ks)
         rows.append([p["dtype"], p["head_dim"], "yes" if p["causal"] else "no", p["seqlen_q"],
                      p["batch"], *(f"{v:.0f}" if v else "n/a" for v in tf.values()), gap,
-                     f"{best['ratio']:.3f}" if best else "n/a", best["name"] if best else ""])
+                     _ratio_cell(best), best["name"] if best else ""])
     headers = ["dtype", "D", "causal", "L", "B", *(f"{n} TFLOP/s" for n in KERNELS),
                "flashrepro / cuDNN (TFLOP/s)", "flashrepro / best peer (time)", "best peer"]
     return tabulate(rows, headers, tablefmt=fmt)
+
+
+def summary(points: list[dict[str, Any]]) -> str:
+    """Per dtype: the geometric mean of flashrepro / best peer, how many points are behind
+    (ratio above 1.00) and how many of those by more than their round-to-round range allows
+    (the whole range above 1.00), and flashrepro's peak TFLOP/s with its point."""
+    lines = []
+    for dtype in sorted({p["problem"]["dtype"] for p in points}):
+        sel = [p for p in points if p["problem"]["dtype"] == dtype]
+        bests = [b for p in sel if (b := best_peer(p["kernels"]))]
+        if not bests:
+            continue
+        geo = statistics.geometric_mean([b["ratio"] for b in bests])
+        behind = sum(b["ratio"] > 1.0 for b in bests)
+        surely = sum(b.get("low", b["ratio"]) > 1.0 for b in bests)
+        peak = max((p for p in sel if "flashrepro" in p["kernels"]),
+                   key=lambda p: p["kernels"]["flashrepro"]["tflops"])
+        pp = peak["problem"]
+        lines.append(
+            f"- {dtype}: flashrepro / best peer, geometric mean {geo:.3f} over {len(bests)} "
+            f"points; behind (median > 1.00) at {behind}, every round behind at {surely}. "
+            f"Peak {peak['kernels']['flashrepro']['tflops']:.0f} TFLOP/s (D={pp['head_dim']}, "
+            f"{'causal' if pp['causal'] else 'full'}, L={pp['seqlen_q']}).")
+    return "\n".join(lines)
 
 
 def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
