@@ -126,13 +126,16 @@ def test_tune_against_table_round_trips_tile_grid(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("mask", ["top-left", "bottom-right"])
 @pytest.mark.parametrize("d", [64, 128])
-def test_gpu_default_launch_at_the_tile_grid_entries(d: int, mask: str, dtype: torch.dtype,
-                                                     device: torch.device) -> None:
-    """The default launch (config None) where the table picks one program per tile (causal,
-    Lq in the 8192 bucket, D 64 and 128): GQA, (B, L, H, D)-strided inputs, a ragged last
-    tile and, bottom-right, Lk > Lq (a causal offset that is no multiple of 64), so the ws
-    kernel runs (three consumers at D = 64, each skipping the blocks its rows do not see)."""
-    assert _tuned_table()[f"sm90-d{d}-causal-l8192"].tile_grid
+def test_gpu_default_launch_at_the_long_causal_entries(d: int, mask: str, dtype: torch.dtype,
+                                                       device: torch.device) -> None:
+    """The default launch (config None) at the table's causal entries of the 8192 bucket (D 64
+    and 128: one program per tile, or the persistent grid with the dynamic schedule): GQA,
+    (B, L, H, D)-strided inputs, a ragged last tile and, bottom-right, Lk > Lq (a causal
+    offset that is no multiple of 64), so the ws kernel runs (three consumers at D = 64, each
+    skipping the blocks its rows do not see). 4·65 tiles of 128 rows (4·43 of 192 at D = 64):
+    more than the H200's 132 programs, so some claim a second tile on the persistent grid."""
+    cfg = _tuned_table()[f"sm90-d{d}-causal-l8192"]
+    assert cfg.warp_specialize and (cfg.tile_grid or cfg.dynamic_schedule)
     lq, lk = 8192 + 37, 8192 + 37 + (101 if mask == "bottom-right" else 0)
     q, k, v = random_qkv(1, 4, lq, lk, d, dtype, device, h_kv=2)
     q = q.transpose(1, 2).contiguous().transpose(1, 2)
