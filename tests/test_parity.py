@@ -49,7 +49,8 @@ def test_head_groups(heads_per_group: int, causal: bool, config: KernelConfig | 
     """Every (batch, head, query block) is computed once whatever the group size, including
     a last group with fewer heads (B·H = 6 with groups of 4), and B != H; for the Triton
     kernel and (on sm_90) the Gluon kernels, which repeat its program order."""
-    monkeypatch.setattr(flashrepro.select, "heads_per_group", lambda *args: heads_per_group)
+    monkeypatch.setattr(flashrepro.select, "heads_per_group",
+                        lambda *args, **kwargs: heads_per_group)
     q, k, v = random_qkv(3, 2, 40 if d == 16 else 130, 40 if d == 16 else 130, d,
                          torch.float16, device)
     check_parity(q, k, v, causal=causal, config=config)

@@ -165,3 +165,26 @@ def test_copies_are_described_not_made(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_empty_calls_are_refused() -> None:
     with pytest.raises(ValueError, match=r"^select needs B, H, Lq and Lk >= 1"):
         choose(*_qkv(lk=0), arch=90)
+
+
+@pytest.mark.parametrize(("bh", "bound", "balanced", "want"), [
+    (32, 15, True, 8),     # 8+8+8+8, not 15+15+2
+    (16, 7, True, 4),
+    (64, 30, True, 16),
+    (32, 60, True, 32),    # all pairs fit: one group
+    (31, 15, True, 11),    # prime: near-equal groups 11+11+9
+    (7, 3, True, 3),       # divisor 1 below half of 3: groups 3+3+1 (ceil(7/3) = 3 groups)
+    (32, 15, False, 15),   # the static persistent causal order keeps the L2 bound
+    (1, 15, True, 1),
+])
+def test_heads_per_group_makes_equal_groups(bh: int, bound: int, balanced: bool,
+                                            want: int) -> None:
+    """Groups are the largest divisor of B·H under the L2 bound (K and V of that many heads
+    in half of L2) when it is at least half the bound, else near-equal groups; not
+    ``balanced``, the bound itself."""
+    from flashrepro.select import heads_per_group
+    kv_bytes = 2 * 1024 * 64 * 2
+    got = heads_per_group(bh, 1024, 64, 2, 2 * bound * kv_bytes, balanced=balanced)
+    assert got == want
+    if balanced and bh % want == 0:
+        assert want >= min(bh, bound) / 2

@@ -137,9 +137,10 @@ def fits_int32(t: torch.Tensor, *dim_blocks: tuple[int, int]) -> bool:
                or t.stride(dim) * block < INT32_LIMIT for dim, block in dim_blocks)
 
 
-def heads_per_group(bh: int, lk: int, d: int, element_size: int, l2_bytes: int) -> int:
+def heads_per_group(bh: int, lk: int, d: int, element_size: int, l2_bytes: int,
+                    balanced: bool = True) -> int:
     """(Batch, head) pairs per scheduling group: at most as many as have K and V in half of
-    L2, and groups of equal size where a divisor of ``bh`` allows it.
+    L2, and with ``balanced`` groups of equal size where a divisor of ``bh`` allows it.
 
     The kernels run a group's query blocks heaviest first across its heads; see the program
     order in :mod:`flashrepro.kernels.fwd`. A last group smaller than the others starts its
@@ -147,11 +148,18 @@ def heads_per_group(bh: int, lk: int, d: int, element_size: int, l2_bytes: int) 
     causal L=8192, 32 pairs: groups 15+15+2 took 8.5 % longer than 8+8+8+8;
     lab/2026-12-02-d64-long-causal-groups). So the size is the largest divisor of ``bh`` up to
     the L2 bound, unless that divisor is below half the bound (a prime ``bh``); then
-    ``bh`` is split into as few near-equal groups as the bound allows. ``element_size``:
-    bytes per element of K and V.
+    ``bh`` is split into as few near-equal groups as the bound allows.
+
+    Not ``balanced``: the L2 bound itself. The static persistent grid under a causal mask
+    deals tiles round by round in snake order, which balances the work only while the weights
+    fall steadily; more, smaller groups repeat the heaviest-first sawtooth more often, and
+    there equal groups measured 1.06-1.47x slower (same lab). ``element_size``: bytes per
+    element of K and V.
     """
     kv_bytes_per_head = 2 * max(lk, 1) * d * element_size
     bound = max(1, min(bh, (l2_bytes // 2) // kv_bytes_per_head))
+    if not balanced:
+        return bound
     divisor = next(g for g in range(bound, 0, -1) if bh % g == 0)
     if 2 * divisor >= bound:
         return divisor
@@ -240,8 +248,11 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     if cfg.overlap and not use_gluon and (config is None or cfg.three_consumers):
         cfg = TRITON_FALLBACK  # the table's tiles are the Gluon kernel's
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    snake = (causal and use_gluon and cfg.warp_specialize and not cfg.tile_grid
+             and not cfg.dynamic_schedule)  # the static persistent order under a causal mask
     shared = dict(causal=causal, qk_scale=sm_scale * LOG2_E, causal_offset=causal_offset,
-                  heads_per_group=heads_per_group(b * h, lk, d, q.element_size(), l2_bytes),
+                  heads_per_group=heads_per_group(b * h, lk, d, q.element_size(), l2_bytes,
+                                                  balanced=not snake),
                   store_lse=return_lse, block_n=cfg.block_n, num_stages=cfg.num_stages)
     if use_gluon and cfg.warp_specialize:
         call = fwd_gluon_ws.kernel_call(
