@@ -144,11 +144,11 @@ def heads_per_group(bh: int, lk: int, d: int, element_size: int, l2_bytes: int,
 
     The kernels run a group's query blocks heaviest first across its heads; see the program
     order in :mod:`flashrepro.kernels.fwd`. A last group smaller than the others starts its
-    heaviest tiles when most programs are finishing, and the launch ends on them (H200, D=64
-    causal L=8192, 32 pairs: groups 15+15+2 took 8.5 % longer than 8+8+8+8;
-    lab/2026-12-02-d64-long-causal-groups). So the size is the largest divisor of ``bh`` up to
-    the L2 bound, unless that divisor is below half the bound (a prime ``bh``); then
-    ``bh`` is split into as few near-equal groups as the bound allows.
+    heaviest tiles late, and the launch ends on them: at D=64 causal on the H200, groups at
+    the L2 bound with a smaller last one took 1.03-1.09x the time of the largest equal groups
+    under it (L=4096, 8192, 16384; lab/2026-12-02-d64-long-causal-groups). So the size is the
+    largest divisor of ``bh`` up to the L2 bound, unless that divisor is below half the bound
+    (a prime ``bh``); then ``bh`` is split into as few near-equal groups as the bound allows.
 
     Not ``balanced``: the L2 bound itself. The static persistent grid under a causal mask
     deals tiles round by round in snake order, which balances the work only while the weights
