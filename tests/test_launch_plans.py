@@ -173,3 +173,67 @@ def test_a_plan_keeps_no_tensor_of_its_first_call(device: torch.device) -> None:
     gc.collect()
     assert launch.plan_count() == 1
     assert all(r() is None for r in refs), "the plan holds a tensor of its first call"
+
+
+def test_a_dynamic_plan_passes_its_streams_counter(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan of the ws kernel's dynamic schedule records where its counter sits in the bound
+    tail (the kernel's tile_counter, after the five io slots) and passes the current stream's
+    counter there at every launch, leaving the bound placeholder alone; a plan without one
+    passes no tail and fetches no counter."""
+    import dataclasses
+
+    from flashrepro.configs import NAMED
+    from flashrepro.kernels.call import IO_ARGS, STREAM_COUNTER
+    from tests.selection import choose
+
+    q = torch.zeros(3, 16, 1000, 64, dtype=torch.float16)
+    chosen = choose(q, q, q, arch=90, causal=True, num_sms=132,
+                    config=dataclasses.replace(NAMED["fa3-ws"], dynamic_schedule=True))
+    plan = launch._plan(chosen, None, tuple(q.shape), tuple(q.shape[:3]), None)
+    values = chosen.call.ordered_values()
+    assert values is not None and plan.counter_slot is not None
+    assert values[IO_ARGS + plan.counter_slot] is chosen.call.kwargs[STREAM_COUNTER]
+
+    placeholder = torch.empty(0, dtype=torch.int32)
+    fresh = torch.zeros(1, dtype=torch.int32)
+    fetched: list[int] = []
+    seen: list[list | None] = []
+
+    class FakeDirect:
+        def __init__(self) -> None:
+            self.tail = [7, "x", placeholder]
+
+        def on_stream(self, grid, device, io, tail=None) -> None:
+            seen.append(tail)
+
+    def counters(device: torch.device, count: int) -> torch.Tensor:
+        fetched.append(count)
+        return fresh
+
+    monkeypatch.setattr(launch, "stream_counters", counters)
+    direct = FakeDirect()
+    small = launch.LaunchPlan(call=chosen.call, direct=direct, grid=(1, 1, 1),  # type: ignore[arg-type]
+                              out_shape=(1, 1, 1, 4), lse_shape=(1, 1, 1),
+                              lse_dummy=torch.empty(1), contiguous_q=False,
+                              contiguous_kv=False, counter_slot=2)
+    x = torch.zeros(1, 1, 1, 4)
+    small.launch(x, x, x)
+    assert seen[-1] is not None and seen[-1][:2] == [7, "x"] and seen[-1][2] is fresh
+    assert direct.tail[2] is placeholder and fetched == [1]
+    dataclasses.replace(small, counter_slot=None).launch(x, x, x)
+    assert seen[-1] is None and fetched == [1]
+
+
+def test_a_placeholder_counter_is_never_launched() -> None:
+    """KernelCall.run refuses a call whose stream counter is still the empty placeholder (its
+    atomics would write address 0) and names the fix."""
+    import dataclasses
+
+    from flashrepro.configs import NAMED
+    from tests.selection import choose
+
+    q = torch.zeros(3, 16, 1000, 64, dtype=torch.float16)
+    chosen = choose(q, q, q, arch=90, causal=True, num_sms=132,
+                    config=dataclasses.replace(NAMED["fa3-ws"], dynamic_schedule=True))
+    with pytest.raises(ValueError, match=r"tile_counter is an empty placeholder.*with_counter"):
+        chosen.call.run()

@@ -4,6 +4,7 @@ launches, no device is asked, and the eager launch runs exactly that call."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import os
 import subprocess
@@ -172,19 +173,57 @@ def test_empty_calls_are_refused() -> None:
     (16, 7, True, 4),
     (64, 30, True, 16),
     (32, 60, True, 32),    # all pairs fit: one group
-    (31, 15, True, 11),    # prime: near-equal groups 11+11+9
-    (7, 3, True, 3),       # divisor 1 below half of 3: groups 3+3+1 (ceil(7/3) = 3 groups)
+    (31, 15, True, 12),    # prime: 12+12+7, the last group at least half a group
+    (7, 3, True, 2),       # divisor 1 below half of 3, and 3+3+1 leaves 1: 2+2+2+1
+    (26, 5, True, 4),      # 13 and 26 over the bound, 2 below half: 4x6+2
     (32, 15, False, 15),   # the static persistent causal order keeps the L2 bound
     (1, 15, True, 1),
 ])
 def test_heads_per_group_makes_equal_groups(bh: int, bound: int, balanced: bool,
                                             want: int) -> None:
     """Groups are the largest divisor of B·H under the L2 bound (K and V of that many heads
-    in half of L2) when it is at least half the bound, else near-equal groups; not
-    ``balanced``, the bound itself."""
+    in half of L2) when it is at least half the bound, else the largest size whose last
+    group is at least half a group; not ``balanced``, the bound itself."""
     from flashrepro.select import heads_per_group
     kv_bytes = 2 * 1024 * 64 * 2
     got = heads_per_group(bh, 1024, 64, 2, 2 * bound * kv_bytes, balanced=balanced)
     assert got == want
-    if balanced and bh % want == 0:
-        assert want >= min(bh, bound) / 2
+
+
+def test_heads_per_group_never_leaves_a_small_last_group() -> None:
+    """Over every B·H < 200 and bound < 210: the size is within [1, min(B·H, bound)] and the
+    last group, where there is a partial one, holds at least half a group."""
+    from flashrepro.select import heads_per_group
+    kv_bytes = 2 * 1024 * 64 * 2
+    for bh in range(1, 200):
+        for bound in range(1, 210):
+            g = heads_per_group(bh, 1024, 64, 2, 2 * bound * kv_bytes)
+            assert 1 <= g <= min(bh, bound)
+            assert bh % g == 0 or 2 * (bh % g) >= g, (bh, bound, g)
+
+
+@pytest.mark.parametrize(("config", "causal", "balanced"), [
+    ("fa3-ws", True, False),                                        # static persistent, causal
+    ("fa3-ws", False, True),                                        # no mask: tiles alike
+    ("128x128 w8 s2 tma overlap ws dynamic", True, True),
+    ("128x128 w8 s2 tma overlap ws tilegrid", True, True),
+    ("64x64 w4 s2 tma", True, True),                                # Triton: one program a tile
+])
+def test_select_balances_groups_except_on_the_static_causal_order(config: str, causal: bool,
+                                                                  balanced: bool) -> None:
+    """select() passes equal head groups to every launch but the static persistent ws grid
+    under a causal mask (its snake order), which keeps the L2 bound: B·H = 32 with a bound of
+    15 gives 8 (balanced) or 15."""
+    from flashrepro.configs import NAMED, KernelConfig
+    from tests.selection import choose
+    cfg = NAMED.get(config) or KernelConfig.parse(config)
+    q = torch.zeros(2, 16, 1024, 128, dtype=torch.float16)
+    kv_bytes = 2 * 1024 * 128 * 2
+    chosen = choose(q, q, q, arch=90, causal=causal, num_sms=132, config=cfg,
+                    l2_bytes=2 * 15 * kv_bytes)
+    kernel = chosen.call.kernel
+    names = list(inspect.signature(getattr(kernel, "fn", kernel)).parameters)
+    position = names.index("heads_per_group")
+    got = (chosen.call.args[position] if position < len(chosen.call.args)
+           else chosen.call.kwargs["heads_per_group"])
+    assert got == (8 if balanced else 15)

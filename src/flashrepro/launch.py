@@ -149,7 +149,7 @@ class LaunchPlan:
         if self.direct is None:
             io = rebind_io(self.call.args[:IO_ARGS], (q, k, v, o, lse))
             with _on_device(q.device):
-                self.call.with_io(io).with_counter(stream_counters(q.device, 1)).run()
+                _with_stream_counter(self.call.with_io(io), q.device).run()
         elif self.counter_slot is None:
             self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse))
         else:
@@ -157,6 +157,15 @@ class LaunchPlan:
             tail[self.counter_slot] = stream_counters(q.device, 1)
             self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse), tail)
         return o, (None if self.lse_dummy is not None else lse)
+
+
+def _with_stream_counter(call: KernelCall, device: torch.device) -> KernelCall:
+    """``call`` with the current stream's counter where the kernel takes one
+    (:data:`~flashrepro.kernels.call.STREAM_COUNTER`); other calls unchanged, no counter
+    fetched."""
+    if call.counter_slot() is None:
+        return call
+    return call.with_counter(stream_counters(device, 1))
 
 
 _PLANS: dict[tuple[Any, ...], LaunchPlan] = {}
@@ -272,7 +281,7 @@ def _forward_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     io = chosen.operands(q, k, v, o, lse)
     try:
         with _on_device(q.device):
-            compiled = chosen.bind(io).with_counter(stream_counters(q.device, 1)).run()
+            compiled = _with_stream_counter(chosen.bind(io), q.device).run()
     except triton.runtime.errors.OutOfResources as exc:
         raise ValueError(f"config {chosen.config.label()} does not fit this GPU for "
                          f"D={q.shape[3]}: {exc}") from exc

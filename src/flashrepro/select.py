@@ -148,7 +148,8 @@ def heads_per_group(bh: int, lk: int, d: int, element_size: int, l2_bytes: int,
     the L2 bound with a smaller last one took 1.03-1.09x the time of the largest equal groups
     under it (L=4096, 8192, 16384; lab/2026-12-02-d64-long-causal-groups). So the size is the
     largest divisor of ``bh`` up to the L2 bound, unless that divisor is below half the bound
-    (a prime ``bh``); then ``bh`` is split into as few near-equal groups as the bound allows.
+    (a prime ``bh``); then the largest size up to the bound whose last group is at least half
+    a group.
 
     Not ``balanced``: the L2 bound itself. The static persistent grid under a causal mask
     deals tiles round by round in snake order, which balances the work only while the weights
@@ -163,8 +164,7 @@ def heads_per_group(bh: int, lk: int, d: int, element_size: int, l2_bytes: int,
     divisor = next(g for g in range(bound, 0, -1) if bh % g == 0)
     if 2 * divisor >= bound:
         return divisor
-    groups = -(-bh // bound)
-    return -(-bh // groups)
+    return next(g for g in range(bound, 0, -1) if 2 * (bh % g) >= g)
 
 
 def _tma_ok(tensors: tuple[torch.Tensor, ...], lk: int, arch: int | None) -> bool:

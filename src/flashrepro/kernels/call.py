@@ -46,7 +46,16 @@ class KernelCall:
 
     def run(self) -> CompiledKernel | None:
         """Launch through Triton's JIT path (compiling on first use); returns its result, the
-        compiled kernel on a GPU (None under the interpreter)."""
+        compiled kernel on a GPU (None under the interpreter).
+
+        Raises:
+            ValueError: the kernel takes a :data:`STREAM_COUNTER` and the call still holds the
+                empty placeholder (its atomics would write address 0).
+        """
+        counter = self.kwargs.get(STREAM_COUNTER)
+        if isinstance(counter, torch.Tensor) and counter.numel() == 0:
+            raise ValueError(f"{STREAM_COUNTER} is an empty placeholder: pass a counter at 0 "
+                             "with with_counter(flashrepro.counters.stream_counters(device, 1))")
         return self.kernel[self.grid](*self.args, **self.kwargs)
 
     def with_io(self, io: tuple[Any, ...]) -> KernelCall:
