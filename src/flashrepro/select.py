@@ -29,11 +29,14 @@ The rules, in the order applied:
    (:mod:`~flashrepro.kernels.fwd`) at its own tiles when the caller passed it, at
    :data:`~flashrepro.configs.TRITON_FALLBACK` when it came from the table or is the 192-row
    tile.
-6. Program order: (batch, head) pairs whose K and V fill half of L2 form a group
-   (:func:`heads_per_group`; lab/2026-11-29-l2-head-groups/).
+6. Program order: (batch, head) pairs whose K and V fit in half of L2 form a group, the
+   groups of equal size except on the ws kernel's static persistent grid under a causal mask
+   (:func:`heads_per_group`; lab/2026-11-29-l2-head-groups/,
+   lab/2026-12-02-d64-long-causal-groups/).
 7. Grid: one program per tile, except the ws kernel's persistent grid of one program per SM
    unless ``config.tile_grid``; there ``config.dynamic_schedule`` has the programs claim
-   their tiles from a counter of the call's own.
+   their tiles from a counter that the launcher passes (its stream's,
+   :mod:`flashrepro.counters`).
 """
 
 from __future__ import annotations
