@@ -60,3 +60,21 @@ def test_doctor_without_a_gpu_says_why_and_require_gpu_fails_on_stderr(
     assert doctor.run(build_parser().parse_args(["doctor", "--require-gpu"])) == 1
     err = capsys.readouterr().err
     assert err.startswith("doctor: exit 1, --require-gpu") and env.no_gpu_reason() in err
+
+
+def test_capture_records_the_l2_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head-group size of every launch follows the GPU's L2 size
+    (flashrepro.select.heads_per_group), so a results file records it with the SM count."""
+    import types
+
+    import torch
+
+    props = types.SimpleNamespace(name="NVIDIA H200", major=9, minor=0,
+                                  multi_processor_count=132, L2_cache_size=60 * 2**20,
+                                  total_memory=140 * 2**30)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91900)
+    monkeypatch.setattr(env, "nvml_clocks", lambda index: {})
+    gpu = env.capture()["gpu"]
+    assert gpu["l2_bytes"] == 60 * 2**20 and gpu["sm_count"] == 132

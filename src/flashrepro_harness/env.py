@@ -96,8 +96,8 @@ def cpu() -> dict[str, Any]:
 
 
 def capture() -> dict[str, Any]:
-    """Everything a result depends on besides the code: GPU, SMs, driver, CUDA, versions, the
-    host CPU (:func:`cpu`), date.
+    """Everything a result depends on besides the code: GPU, SMs, L2 size, driver, CUDA,
+    versions, the host CPU (:func:`cpu`), date.
 
     Returns a JSON-ready dict. ``gpu`` is None on a machine without a CUDA GPU.
     """
@@ -124,6 +124,7 @@ def capture() -> dict[str, Any]:
             "key": gpu_key(props.name),
             "capability": f"{props.major}.{props.minor}",
             "sm_count": props.multi_processor_count,
+            "l2_bytes": props.L2_cache_size,  # the kernels' head groups follow it
             "memory_gib": round(props.total_memory / 2**30, 1),
             **nvml_clocks(0),
         }
