@@ -189,7 +189,7 @@ def test_a_dynamic_plan_passes_its_streams_counter(monkeypatch: pytest.MonkeyPat
     q = torch.zeros(3, 16, 1000, 64, dtype=torch.float16)
     chosen = choose(q, q, q, arch=90, causal=True, num_sms=132,
                     config=dataclasses.replace(NAMED["fa3-ws"], dynamic_schedule=True))
-    plan = launch._plan(chosen, None, tuple(q.shape), tuple(q.shape[:3]), None)
+    plan = launch._plan(chosen, None, tuple(q.shape), q.stride(), tuple(q.shape[:3]), None)
     values = chosen.call.ordered_values()
     assert values is not None and plan.counter_slot is not None
     assert values[IO_ARGS + plan.counter_slot] is chosen.call.kwargs[STREAM_COUNTER]
@@ -213,7 +213,8 @@ def test_a_dynamic_plan_passes_its_streams_counter(monkeypatch: pytest.MonkeyPat
     monkeypatch.setattr(launch, "stream_counters", counters)
     direct = FakeDirect()
     small = launch.LaunchPlan(call=chosen.call, direct=direct, grid=(1, 1, 1),  # type: ignore[arg-type]
-                              out_shape=(1, 1, 1, 4), lse_shape=(1, 1, 1),
+                              out_shape=(1, 1, 1, 4), out_stride=(4, 4, 4, 1),
+                              lse_shape=(1, 1, 1),
                               lse_dummy=torch.empty(1), contiguous_q=False,
                               contiguous_kv=False, counter_slot=2)
     x = torch.zeros(1, 1, 1, 4)

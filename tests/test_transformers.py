@@ -20,6 +20,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import flashrepro  # noqa: E402
+from flashrepro import launch  # noqa: E402
 from flashrepro.integrations import transformers as fr_tf  # noqa: E402
 
 Qwen3Config = transformers.Qwen3Config
@@ -96,14 +97,15 @@ def test_logits_match_sdpa_bf16_gpu(batch: int, seqlen: int) -> None:
 def test_gqa_without_repeat_kv(device: torch.device, monkeypatch: pytest.MonkeyPatch) -> None:
     """Keys reach the kernel with H_kv heads and enable_gqa=True; the output is (B, L, H, D)."""
     seen: list[tuple[int, int, bool, bool, str]] = []
-    real = flashrepro.attention
+    real = launch.forward
 
-    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kw: object) -> torch.Tensor:
+    def spy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+            **kw: object) -> tuple[torch.Tensor, None]:
         seen.append((q.shape[1], k.shape[1], kw["enable_gqa"], kw["causal"],
                      kw["causal_alignment"]))
         return real(q, k, v, **kw)
 
-    monkeypatch.setattr(flashrepro, "attention", spy)
+    monkeypatch.setattr(launch, "forward", spy)
     config = small_config(num_hidden_layers=1)
     model = build(config, fresh_seed(), device, fr_tf.NAME).half()
     with torch.inference_mode():
@@ -136,22 +138,22 @@ def test_decode_with_cache_matches_sdpa(device: torch.device) -> None:
 
 def test_unpadded_mask_takes_the_equal_length_kernel(device: torch.device,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    """An all-ones attention_mask is read on the host in eager mode and runs
-    flashrepro.attention, as no mask does; padding runs the varlen kernel."""
+    """An all-ones attention_mask is read on the host in eager mode and runs the
+    equal-length kernel's launch, as no mask does; padding runs the varlen kernel."""
     calls: list[str] = []
-    for name in ("attention", "attention_varlen"):
-        real = getattr(flashrepro, name)
-        monkeypatch.setattr(flashrepro, name,
+    for module, name in ((launch, "forward"), (flashrepro, "attention_varlen")):
+        real = getattr(module, name)
+        monkeypatch.setattr(module, name,
                             lambda *a, _n=name, _f=real, **k: calls.append(_n) or _f(*a, **k))
     model = build(small_config(num_hidden_layers=1), fresh_seed(), device, fr_tf.NAME).half()
     ids = torch.randint(0, 512, (2, 20), device=device)
     mask = torch.ones(2, 20, dtype=torch.long, device=device)
     with torch.inference_mode():
         model(ids, attention_mask=mask, use_cache=False)
-        assert calls == ["attention"]
+        assert calls == ["forward"]
         mask[1, :4] = 0
         model(ids, attention_mask=mask, use_cache=False)
-        assert calls == ["attention", "attention_varlen"]
+        assert calls == ["forward", "attention_varlen"]
 
 
 def test_sliding_window_is_refused(device: torch.device) -> None:

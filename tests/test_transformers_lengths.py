@@ -20,7 +20,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 import flashrepro  # noqa: E402
-from flashrepro import launch_varlen  # noqa: E402
+from flashrepro import launch, launch_varlen  # noqa: E402
 from flashrepro.integrations import key_spans as ks  # noqa: E402
 from flashrepro.integrations import transformers as fr_tf  # noqa: E402
 from tests.reference import reference_attention  # noqa: E402
@@ -35,12 +35,16 @@ from tests.test_transformers import (  # noqa: E402
 # -- float64 references of the kernels' contracts --
 
 
-def _sim_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
-                   scale: float | None, enable_gqa: bool, causal_alignment: str,
-                   out: torch.Tensor) -> torch.Tensor:
+def _sim_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
+                 scale: float | None, enable_gqa: bool, causal_alignment: str,
+                 return_lse: bool, config: None, out: None,
+                 bshd: bool) -> tuple[torch.Tensor, None]:
+    """``launch.forward`` as the integration calls it: the output born (B, L_q, H, D)."""
     assert causal_alignment == "bottom_right" and enable_gqa == (k.shape[1] != q.shape[1])
+    assert bshd and out is None and config is None and not return_lse
+    b, h, lq, d = q.shape
     o, _ = reference_attention(q, k, v, causal=causal, scale=scale, bottom_right=True)
-    return out.copy_(o)
+    return torch.empty((b, lq, h, d), dtype=q.dtype).transpose(1, 2).copy_(o), None
 
 
 def _sim_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqused_k: torch.Tensor, *,
@@ -94,7 +98,7 @@ def _sim_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.T
 
 @pytest.fixture
 def simulated_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(flashrepro, "attention", _sim_attention)
+    monkeypatch.setattr(launch, "forward", _sim_forward)
     monkeypatch.setattr(flashrepro, "attention_kvcache", _sim_kvcache)
     monkeypatch.setattr(launch_varlen, "kvcache_forward", _sim_kvcache_forward)
     monkeypatch.setattr(flashrepro, "attention_varlen", _sim_varlen)

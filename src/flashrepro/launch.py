@@ -94,7 +94,9 @@ class LaunchPlan:
             None under the interpreter, where the plan relaunches ``call`` through Triton's
             JIT path.
         grid: ``call.grid`` as three ints.
-        out_shape: O's shape, (B, H, Lq, D); O is allocated contiguous in q's dtype.
+        out_shape: O's shape, (B, H, Lq, D), allocated in q's dtype.
+        out_stride: O's strides: contiguous, or (B, Lq, H, D) in memory for a plan keyed
+            with ``bshd`` (see :func:`forward`).
         lse_shape: LSE's shape, (B, H, Lq), allocated when the caller asked for it.
         lse_dummy: the LSE argument when it is not stored (the kernels never touch it then).
         contiguous_q, contiguous_kv: read q (k and v) through contiguous copies.
@@ -110,6 +112,7 @@ class LaunchPlan:
     direct: DirectLaunch | None
     grid: tuple[int, int, int]
     out_shape: tuple[int, ...]
+    out_stride: tuple[int, ...]
     lse_shape: tuple[int, ...]
     lse_dummy: torch.Tensor | None
     contiguous_q: bool
@@ -143,7 +146,8 @@ class LaunchPlan:
             q = q.contiguous()
         if self.contiguous_kv:
             k, v = k.contiguous(), v.contiguous()
-        o = torch.empty(self.out_shape, dtype=q.dtype, device=q.device) if out is None else out
+        o = (torch.empty_strided(self.out_shape, self.out_stride, dtype=q.dtype, device=q.device)
+             if out is None else out)
         lse = (torch.empty(self.lse_shape, dtype=torch.float32, device=q.device)
                if self.lse_dummy is None else self.lse_dummy)
         if self.direct is None:
@@ -183,7 +187,7 @@ def plan_count() -> int:
 
 def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
                causal_alignment: Any, return_lse: Any, config: Any,
-               out: Any = None) -> tuple[Any, ...] | None:
+               out: Any = None, bshd: bool = False) -> tuple[Any, ...] | None:
     """The plan-cache key of a call, or None where the call must take the full path: inputs
     (or an ``out``) that are not plain dense tensors (or carry a negation bit), flags that are
     not bools, arguments of other types, tensors on neither a GPU nor the interpreter's CPU,
@@ -209,7 +213,7 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
         key = (q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype,
                v.dtype, q.device, k.device, v.device, q.data_ptr() & 15 == 0,
                k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, causal, scale, scale.__class__,
-               enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch())
+               enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch(), bshd)
         if out is None:
             return key
         if type(out) is not tensor or out.layout is not _STRIDED or out.is_neg():
@@ -221,15 +225,19 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
             scale: float | None, enable_gqa: bool, causal_alignment: str, return_lse: bool,
-            config: KernelConfig | str | None,
-            out: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+            config: KernelConfig | str | None, out: torch.Tensor | None,
+            bshd: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
     """The forward pass behind :func:`flashrepro.attention`: validate, select, launch, return
     (o, lse), lse None unless ``return_lse``. Arguments, shapes, dtypes and errors are
     :func:`flashrepro.attention`'s. A written ``out`` gets its version counter bumped, as by
     torch's own out= ops, so autograd sees the in-place write (a tensor saved for a backward
-    and overwritten here makes that backward raise instead of computing a wrong gradient)."""
+    and overwritten here makes that backward raise instead of computing a wrong gradient).
+
+    ``bshd`` (``out`` None): o (B, H, Lq, D) is allocated with (B, Lq, H, D) memory, the
+    layout transformers' attention functions return, as through an ``out=`` view of such a
+    buffer but without its per-call checks (the buffer is new)."""
     key = _signature(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse, config,
-                     out)
+                     out, bshd)
     plan = _PLANS.get(key) if key is not None else None
     if plan is not None:
         if out is not None:
@@ -237,19 +245,32 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                 check_out(out, q, q=q, k=k, v=v)  # the exact rules (and their errors)
             increment_version(out)
         return plan.launch(q, k, v, out)
+    if bshd and out is None and isinstance(q, torch.Tensor) and q.dim() == 4:
+        b, h, lq, d = q.shape
+        out = torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
+        o, lse, plan = _forward_full(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
+                                     causal_alignment=causal_alignment, return_lse=return_lse,
+                                     config=config, out=out)
+        if key is not None and plan is not None:
+            _keep(key, plan)
+        return o, lse
     o, lse, plan = _forward_full(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
                                  causal_alignment=causal_alignment, return_lse=return_lse,
                                  config=config, out=out)
     if out is not None:
         increment_version(out)
     if key is not None and plan is not None:
-        if len(_PLANS) >= MAX_PLANS:
-            _PLANS.clear()
         if out is not None:
             plan = replace(plan, spans=(byte_span(q), byte_span(k), byte_span(v),
                                         byte_span(out)))
-        _PLANS[key] = plan
+        _keep(key, plan)
     return o, lse
+
+
+def _keep(key: tuple[Any, ...], plan: LaunchPlan) -> None:
+    if len(_PLANS) >= MAX_PLANS:
+        _PLANS.clear()
+    _PLANS[key] = plan
 
 
 def _forward_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
@@ -288,12 +309,14 @@ def _forward_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     if io[3] is not o:
         o.copy_(io[3])
         return o, (lse if return_lse else None), None
-    plan = _plan(chosen, compiled, tuple(o.shape), lse_shape, None if return_lse else lse)
+    plan = _plan(chosen, compiled, tuple(o.shape), o.stride(), lse_shape,
+                 None if return_lse else lse)
     return o, (lse if return_lse else None), plan
 
 
 def _plan(chosen: Selection, compiled: CompiledKernel | None, out_shape: tuple[int, ...],
-          lse_shape: tuple[int, ...], lse_dummy: torch.Tensor | None) -> LaunchPlan:
+          out_stride: tuple[int, ...], lse_shape: tuple[int, ...],
+          lse_dummy: torch.Tensor | None) -> LaunchPlan:
     """The plan that repeats ``chosen``'s launch: through ``compiled`` directly on a GPU."""
     call = chosen.call
     direct = None
@@ -303,6 +326,6 @@ def _plan(chosen: Selection, compiled: CompiledKernel | None, out_shape: tuple[i
             direct = DirectLaunch.bind(compiled, call.args[:IO_ARGS], values[IO_ARGS:])
     slot = call.counter_slot()
     return LaunchPlan(call=call, direct=direct, grid=(*call.grid, 1, 1)[:3], out_shape=out_shape,
-                      lse_shape=lse_shape, lse_dummy=lse_dummy,
+                      out_stride=out_stride, lse_shape=lse_shape, lse_dummy=lse_dummy,
                       contiguous_q=chosen.contiguous_q, contiguous_kv=chosen.contiguous_kv,
                       counter_slot=None if slot is None else slot - IO_ARGS)

@@ -47,16 +47,16 @@ _LIB.define(f"attention_bshd({_ARGS}) -> Tensor")
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
              scale: float | None, enable_gqa: bool, causal_alignment: str,
-             config: str | None, out: torch.Tensor | None = None
-             ) -> tuple[torch.Tensor, torch.Tensor]:
+             config: str | None, bshd: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of :func:`flashrepro.launch.forward` with the op's arguments (``config`` a
-    label, a name or None), o written into ``out`` when given.
+    label, a name or None; ``bshd``: o with (B, Lq, H, D) memory).
 
     Every op stores the LSE: a launch plan made here then holds no buffer of its own, which a
     CUDA-graph pool (``mode="reduce-overhead"``) would count as a leaked allocation."""
     o, lse = forward(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
                      causal_alignment=causal_alignment, return_lse=True,
-                     config=None if config is None else KernelConfig.parse(config), out=out)
+                     config=None if config is None else KernelConfig.parse(config), out=None,
+                     bshd=bshd)
     assert lse is not None
     return o, lse
 
@@ -80,11 +80,8 @@ def _attention_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     scale: float | None, enable_gqa: bool, causal_alignment: str,
                     config: str | None) -> torch.Tensor:
     """o as :func:`_attention`'s, in a (B, Lq, H, D) buffer (returned as its (B, H, Lq, D)
-    transposed view): the kernel writes that layout through ``out=``, from a launch plan of
-    its own."""
-    b, h, lq, d = q.shape
-    out = torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
-    return _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, out)[0]
+    transposed view), which the kernel writes from a launch plan of its own."""
+    return _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, True)[0]
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,

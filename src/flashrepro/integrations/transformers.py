@@ -57,7 +57,7 @@ from transformers.masking_utils import (
 from transformers.utils.import_utils import is_cuda_stream_capturing, is_tracing
 
 import flashrepro
-from flashrepro import launch_varlen, ops
+from flashrepro import launch, launch_varlen, ops
 from flashrepro.api import needs_operator
 from flashrepro.integrations.key_spans import (
     KVCACHE_MAX_LQ,
@@ -303,12 +303,11 @@ def _dense(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: 
     """:func:`flashrepro.attention` (bottom-right causal), output (B, L_q, H, D)."""
     if needs_operator(query):  # the same rule as flashrepro.attention's, one check per layer
         return traced_attention(query, key, value, causal, scale, gqa)
-    b, h, lq, d = query.shape
-    # Written straight into the (B, L, H, D) layout transformers wants: no transpose copy.
-    out = torch.empty((b, lq, h, d), dtype=query.dtype, device=query.device)
-    flashrepro.attention(query, key, value, causal=causal, scale=scale, enable_gqa=gqa,
-                         causal_alignment="bottom_right", out=out.transpose(1, 2))
-    return out
+    # its eager call, the output born (B, L, H, D): no transpose copy, no out= checks
+    o, _ = launch.forward(query, key, value, causal=causal, scale=scale, enable_gqa=gqa,
+                          causal_alignment="bottom_right", return_lse=False, config=None,
+                          out=None, bshd=True)
+    return o.transpose(1, 2)
 
 
 def traced_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool,
