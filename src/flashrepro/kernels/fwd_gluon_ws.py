@@ -185,13 +185,10 @@ def _claim_tile(tile_counter, num_tiles):
     one atomic add (the first G tiles go to programs 0..G-1 unclaimed). Each program claims
     until it gets a tile past the last, once, so the claims take exactly the values
     0..num_tiles-1; the one that takes num_tiles - 1 is the launch's last and puts the counter
-    back to 0 for the next launch (no host-side reset). Relaxed: the counter publishes no other
-    memory, and the default (acq_rel) costs a GPU-wide fence and an L1 invalidation per claim
-    (MEMBAR.ALL.GPU, CCTL.IVALL in the SASS); the next launch sees the reset at the kernel
-    boundary."""
-    claim = gl.atomic_add(tile_counter, 1, sem="relaxed")
+    back to 0 for the next launch (no host-side reset)."""
+    claim = gl.atomic_add(tile_counter, 1)
     if claim == num_tiles - 1:
-        gl.atomic_xchg(tile_counter, 0, sem="relaxed")
+        gl.atomic_xchg(tile_counter, 0)
     return claim + gl.num_programs(0)
 
 
@@ -214,14 +211,12 @@ def _handed_tile(tile_smem, q_ready, qb, phase):
 
 @gluon.jit
 def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, num_heads,
-               kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, num_tiles, tile,
-               local, it, tile_smem, tile_counter, CAUSAL: gl.constexpr,
-               DYNAMIC_SCHEDULE: gl.constexpr):
+               kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, tile, local, it,
+               tile_smem, CAUSAL: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr):
     """The producer's work for one tile, this program's ``local``-th: each consumer's Q tile
     into that consumer's free Q buffer, then K_j and V_j into the next slot as soon as the
-    consumers have handed it back. ``it``: key blocks issued before it. Returns the count
-    after it and, with DYNAMIC_SCHEDULE, this program's next tile, claimed once the Q loads
-    are issued (:func:`_claim_tile`; otherwise ``tile``)."""
+    consumers have handed it back. ``it``: key blocks issued before it; returns the count
+    after it."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
@@ -242,11 +237,6 @@ def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, 
         tma.async_copy_global_to_shared(
             q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + c) * CONSUMER_ROWS, 0],
             q_ready.index(qb), q_smem.index(qb))
-    next_tile = tile
-    if DYNAMIC_SCHEDULE:
-        # One tile ahead, as FA3's prefetch_next_work: the atomic's round trip overlaps this
-        # tile's loads instead of sitting between its last key block and the next tile's Q.
-        next_tile = _claim_tile(tile_counter, num_tiles)
     for j in range(n_blocks):
         slot = it % NUM_STAGES
         empty_phase = ((it // NUM_STAGES) & 1) ^ 1
@@ -259,7 +249,7 @@ def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, 
         tma.async_copy_global_to_shared(v_desc, [off_b, off_hkv, j * BLOCK_N, 0],
                                         v_ready.index(slot), v_smem.index(slot))
         it += 1
-    return it, next_tile
+    return it
 
 
 @gluon.jit
@@ -269,11 +259,10 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
     """One warp: each of this program's tiles (:func:`_load_tile`). Slots and phases run on
     across tiles, so the next tile's Q and first blocks load while the consumers finish this
     one. Static schedule: the tiles of :func:`_schedule_tile`. Dynamic: this program's tile of
-    the first wave, then each next tile claimed while the current one loads
-    (:func:`_load_tile`), as FA3's DynamicPersistentTileScheduler; each Q buffer carries its
-    tile's index to its consumer, and a last index past the tiles tells the consumers to stop
-    (``tile_smem`` and ``tile_counter`` given: a constexpr flag would reach a worker partition
-    as a tensor)."""
+    the first wave, then a tile claimed (:func:`_claim_tile`) once this one's loads are all
+    issued, as FA3's DynamicPersistentTileScheduler; each Q buffer carries its tile's index to
+    its consumer, and a last index past the tiles tells the consumers to stop (``tile_smem``
+    and ``tile_counter`` given: a constexpr flag would reach a worker partition as a tensor)."""
     it = 0  # key blocks issued so far, over all tiles
     if tile_smem is not None:  # dynamic schedule
         q_ready, q_empty = bars[0], bars[1]
@@ -281,10 +270,10 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
         tile = gl.program_id(0)
         local = 0
         while tile < num_tiles:
-            it, tile = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
-                                  num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
-                                  seqlen_k, causal_offset, num_tiles, tile, local, it,
-                                  tile_smem, tile_counter, CAUSAL, True)
+            it = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
+                            num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+                            causal_offset, tile, local, it, tile_smem, CAUSAL, True)
+            tile = _claim_tile(tile_counter, num_tiles)
             local += 1
         for c in gl.static_range(NUM_CONSUMERS):  # the end: an index and no Q
             qb = c * Q_BUFFERS + local % Q_BUFFERS
@@ -293,10 +282,10 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
             mbarrier.arrive(q_ready.index(qb), count=1)
     else:
         for local in range(_num_local_tiles(num_tiles)):
-            it, _ = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars,
-                               num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
-                               seqlen_k, causal_offset, num_tiles, _schedule_tile(local),
-                               local, it, None, None, CAUSAL, False)
+            it = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
+                            num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+                            causal_offset, _schedule_tile(local), local, it, None, CAUSAL,
+                            False)
 
 
 @gluon.jit
