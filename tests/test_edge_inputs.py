@@ -269,6 +269,11 @@ def test_nested_inputs_are_refused_by_name() -> None:
             flashrepro.attention(nested, k, v)
         with pytest.raises(TypeError, match=r"^k must not be a nested tensor"):
             flashrepro.attention(q, nested, v)
+        nested4 = torch.nested.nested_tensor([q[0], q[0]], layout=layout)  # 4-D
+        with pytest.raises(TypeError, match=r"^q must not be a nested tensor"):
+            launch.forward(nested4, k, v, causal=False, scale=None, enable_gqa=False,
+                           causal_alignment="top_left", return_lse=False, config=None,
+                           out=None, bshd=True)  # checked before its output is allocated
 
 
 def test_subclass_k_v_with_a_plain_q() -> None:
@@ -289,6 +294,24 @@ def test_subclass_k_v_with_a_plain_q() -> None:
     mode = FakeTensorMode()
     with pytest.raises(Exception, match=r"(?i)fake"):
         flashrepro.attention(q, mode.from_tensor(k), mode.from_tensor(v))
+
+
+def test_subclass_k_v_in_the_transformers_prefill() -> None:
+    """The transformers integration's eager prefill launches the plan path itself, so it must
+    send a wrapper-subclass k and v (with a plain q) through the operator as
+    flashrepro.attention does; it crashed in the launch ('invalid python storage')."""
+    pytest.importorskip("transformers")
+    from torch.testing._internal.two_tensor import TwoTensor
+
+    from flashrepro.integrations import transformers as fr_tf
+
+    q, k, v = _qkv()
+    k2, v2 = random_qkv(1, 2, 16, 16, 16, torch.float16, DEVICE)[1:]
+    with torch.no_grad():
+        o = fr_tf._dense(q, TwoTensor(k, k2), TwoTensor(v, v2), True, None, False)
+    assert isinstance(o, TwoTensor) and o.shape == (1, 16, 2, 16)
+    assert_parity(o.a.transpose(1, 2), None, q, k, v, causal=True, bottom_right=True)
+    assert_parity(o.b.transpose(1, 2), None, q, k2, v2, causal=True, bottom_right=True)
 
 
 def test_vmap_goes_through_the_operator() -> None:

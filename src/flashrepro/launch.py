@@ -245,18 +245,9 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                 check_out(out, q, q=q, k=k, v=v)  # the exact rules (and their errors)
             increment_version(out)
         return plan.launch(q, k, v, out)
-    if bshd and out is None and isinstance(q, torch.Tensor) and q.dim() == 4:
-        b, h, lq, d = q.shape
-        out = torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
-        o, lse, plan = _forward_full(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
-                                     causal_alignment=causal_alignment, return_lse=return_lse,
-                                     config=config, out=out)
-        if key is not None and plan is not None:
-            _keep(key, plan)
-        return o, lse
     o, lse, plan = _forward_full(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
                                  causal_alignment=causal_alignment, return_lse=return_lse,
-                                 config=config, out=out)
+                                 config=config, out=out, bshd=bshd and out is None)
     if out is not None:
         increment_version(out)
     if key is not None and plan is not None:
@@ -276,16 +267,20 @@ def _keep(key: tuple[Any, ...], plan: LaunchPlan) -> None:
 def _forward_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
                   scale: float | None, enable_gqa: bool, causal_alignment: str,
                   return_lse: bool, config: KernelConfig | str | None,
-                  out: torch.Tensor | None,
+                  out: torch.Tensor | None, bshd: bool = False,
                   ) -> tuple[torch.Tensor, torch.Tensor | None, LaunchPlan | None]:
     """Every check, the selection and the launch; also the plan that repeats the launch
     (None where there is nothing to repeat: empty sizes, an ``out`` written through a
-    buffer)."""
+    buffer). ``bshd``: a new output with (B, Lq, H, D) memory, allocated once the inputs
+    have passed the checks."""
     validate(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
              causal_alignment=causal_alignment)
     _check_flag("return_lse", return_lse)
-    b, h, lq, _ = q.shape
-    o = check_out(out, q, q=q, k=k, v=v)
+    b, h, lq, d = q.shape
+    if bshd:
+        o = torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
+    else:
+        o = check_out(out, q, q=q, k=k, v=v)
     check_config(config)
     lse_shape = (b, h, lq)
     if o.numel() == 0 or k.shape[2] == 0:  # SDPA's zeros (the kernels need Lk >= 1)

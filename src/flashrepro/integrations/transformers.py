@@ -301,7 +301,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
 def _dense(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool,
            scale: float | None, gqa: bool) -> torch.Tensor:
     """:func:`flashrepro.attention` (bottom-right causal), output (B, L_q, H, D)."""
-    if needs_operator(query):  # the same rule as flashrepro.attention's, one check per layer
+    if needs_operator(query, key, value):  # flashrepro.attention's rule
         return traced_attention(query, key, value, causal, scale, gqa)
     # its eager call, the output born (B, L, H, D): no transpose copy, no out= checks
     o, _ = launch.forward(query, key, value, causal=causal, scale=scale, enable_gqa=gqa,
