@@ -354,3 +354,32 @@ def test_torch_func_derivatives_are_refused() -> None:
         return o.float().sum() + kk.float().sum()
 
     assert torch.equal(torch.func.grad(loss_in_k)(k), torch.ones_like(k))
+
+
+def test_forward_ad_tangents_are_refused() -> None:
+    """A forward-mode AD dual (``torch.autograd.forward_ad.make_dual``) is a plain tensor to the
+    eager path: its tangent was dropped and the output came back without one, silently, also
+    from a cached launch plan. Each entry point now refuses it by name; a call without a dual
+    inside the dual level still runs."""
+    import torch.autograd.forward_ad as fwd_ad
+
+    q, k, v = _qkv()
+    flashrepro.attention(q, k, v, causal=True)  # a plan for this signature
+    used = torch.full((q.shape[0],), k.shape[2], dtype=torch.int32)
+    cu = torch.tensor([0, q.shape[2]], dtype=torch.int32)
+    packed = [t[0].transpose(0, 1) for t in (q, k, v)]  # (L, H, D)
+    with fwd_ad.dual_level():
+        for name in ("q", "k", "v"):
+            args = {"q": q, "k": k, "v": v}
+            args[name] = fwd_ad.make_dual(args[name], torch.ones_like(args[name]))
+            match = rf"^{name} carries a forward-mode AD tangent"
+            with pytest.raises(ValueError, match=match):
+                flashrepro.attention(args["q"], args["k"], args["v"], causal=True)
+            with pytest.raises(ValueError, match=match):
+                flashrepro.attention_kvcache(args["q"], args["k"], args["v"], used)
+        dual = fwd_ad.make_dual(packed[0], torch.ones_like(packed[0]))
+        with pytest.raises(ValueError, match=r"^q carries a forward-mode AD tangent"):
+            flashrepro.attention_varlen(dual, packed[1], packed[2], cu, cu, q.shape[2],
+                                        q.shape[2])
+        o = flashrepro.attention(q, k, v, causal=True)
+    assert_parity(o, None, q, k, v, causal=True)

@@ -44,6 +44,7 @@ from flashrepro.validation import (
     _check_flag,
     byte_span,
     check_out,
+    forward_ad_active,
     interpreter_mode,
     validate,
 )
@@ -191,7 +192,8 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
     """The plan-cache key of a call, or None where the call must take the full path: inputs
     (or an ``out``) that are not plain dense tensors (or carry a negation bit), flags that are
     not bools, arguments of other types, tensors on neither a GPU nor the interpreter's CPU,
-    inputs that require grad while autograd is on, tensors without sizes or storage (nested).
+    inputs that require grad while autograd is on, calls inside a forward-AD dual level,
+    tensors without sizes or storage (nested).
     ``out``'s layout keys the plan; its memory is checked against q, k and v on every call
     (:meth:`LaunchPlan.out_is_apart`)."""
     tensor = torch.Tensor
@@ -204,6 +206,8 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
     if not (q.is_cuda or (q.device.type == "cpu" and interpreter_mode())):
         return None
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return None
+    if forward_ad_active():  # an input may carry a tangent: the full checks refuse it
         return None
     if (q.layout is not _STRIDED or k.layout is not _STRIDED or v.layout is not _STRIDED
             or q.is_neg() or k.is_neg() or v.is_neg()):

@@ -35,6 +35,7 @@ from flashrepro.validation import (
     _check_flag,
     check_not_nested,
     check_out,
+    forward_ad_active,
     interpreter_mode,
     validate,
 )
@@ -287,6 +288,8 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
         return None
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad
                                     or (out is not None and out.requires_grad)):
+        return None
+    if forward_ad_active():  # an input may carry a tangent: the full checks refuse it
         return None
     if (q.layout is not _STRIDED or k.layout is not _STRIDED or v.layout is not _STRIDED
             or seqused_k.layout is not _STRIDED or q.is_neg() or k.is_neg() or v.is_neg()

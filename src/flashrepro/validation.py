@@ -13,6 +13,7 @@ import os
 from typing import Literal
 
 import torch
+from torch.autograd import forward_ad
 from triton.runtime.jit import JITFunction
 
 from flashrepro.kernels import LOG2_E
@@ -48,6 +49,12 @@ def _check_flag(name: str, value: object) -> None:
         raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
 
 
+def forward_ad_active() -> bool:
+    """Whether a ``torch.autograd.forward_ad.dual_level`` is open, so that an input may carry
+    a tangent (the launch plans then take the full checks)."""
+    return forward_ad._current_level >= 0
+
+
 def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa: bool,
              causal_alignment: str, causal: bool = False) -> None:
     """Check SDPA-style inputs; raise with the argument's name and the rule it breaks.
@@ -62,8 +69,9 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
        kernels run under Triton's interpreter, see :func:`interpreter_mode`, set before the
        kernels were defined at import (ValueError); on the
        CPU only float16, since the interpreter's bfloat16 ``tl.dot`` is wrong (TypeError).
-    4. None of them requires grad while autograd is on: the kernel is forward-only, and an
-       output without a gradient would be a silent wrong result in training (ValueError).
+    4. None of them requires grad while autograd is on, nor carries a forward-mode AD tangent
+       (``torch.autograd.forward_ad``): the kernel is forward-only, and an output without a
+       gradient or tangent would be a silent wrong result (ValueError).
     5. v has k's shape (B, H_kv, Lk, D); k has q's batch B and head dim D (ValueError).
     6. 1 <= D <= 256 (ValueError).
     7. H_kv == H; with ``enable_gqa``, H is a multiple of H_kv >= 1 (or H = H_kv = 0)
@@ -130,6 +138,13 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
                 raise ValueError(f"{name} requires grad, but flashrepro's attention is "
                                  "forward-only (no autograd); call it under torch.no_grad() "
                                  f"or torch.inference_mode(), or pass {name}.detach()")
+    if forward_ad_active():
+        for name, t in tensors.items():
+            if forward_ad.unpack_dual(t).tangent is not None:
+                raise ValueError(f"{name} carries a forward-mode AD tangent "
+                                 "(torch.autograd.forward_ad.make_dual), but flashrepro's "
+                                 "attention is forward-only (no forward-AD formula); pass "
+                                 f"forward_ad.unpack_dual({name}).primal")
     (b, h, _, d), (bk, hk, _, dk) = q.shape, k.shape
     if tuple(v.shape) != tuple(k.shape):
         raise ValueError(f"v must have k's shape (B, H_kv, Lk, D) = {tuple(k.shape)}, "
