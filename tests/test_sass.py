@@ -263,6 +263,17 @@ def test_dynamic_schedule_default_on_sm90(monkeypatch: pytest.MonkeyPatch) -> No
     assert ("fwd", KernelConfig(128, 128, 8, 2, tma=True)) in rows
 
 
+def test_the_dynamic_schedule_claims_without_a_gpu_fence() -> None:
+    """The tile claim is a relaxed atomic: the ws kernel with the dynamic schedule has its two
+    atomics and no GPU-wide fence or L1 invalidation, which the default (acq_rel) semantics put
+    around every claim (lab/2026-12-02-claim-ahead/)."""
+    config = dataclasses.replace(NAMED["fa3-ws"], dynamic_schedule=True)
+    [compiled] = kernel_sass([KernelSpec("fwd_gluon_ws", config, "sm_90", PROBLEM)], workers=1)
+    opcodes = compiled.counts.opcodes
+    assert opcodes.get("ATOMG.E.ADD.STRONG.GPU") == 1, opcodes
+    assert not [op for op in opcodes if op.startswith(("MEMBAR.ALL.GPU", "CCTL"))], opcodes
+
+
 @pytest.mark.parametrize("changed", [KernelConfig(64, 32, 4, 3), KernelConfig(64, 64, 8, 3)],
                          ids=["block_n=32", "num_warps=8"])
 def test_changing_the_article_config_fails_the_golden_check(

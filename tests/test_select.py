@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,7 @@ import torch
 
 from flashrepro import launch
 from flashrepro import select as sel
-from flashrepro.configs import NAMED, P_IN_REGISTERS, _tuned_table
+from flashrepro.configs import NAMED, P_IN_REGISTERS, KernelConfig, _tuned_table
 from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.fwd import attn_fwd_kernel
@@ -200,6 +201,23 @@ def test_heads_per_group_never_leaves_a_small_last_group() -> None:
             g = heads_per_group(bh, 1024, 64, 2, 2 * bound * kv_bytes)
             assert 1 <= g <= min(bh, bound)
             assert bh % g == 0 or 2 * (bh % g) >= g, (bh, bound, g)
+
+
+@pytest.mark.parametrize(("batch", "dynamic"), [(2, False), (4, False), (5, True), (32, True)])
+def test_a_table_dynamic_schedule_needs_enough_tiles_per_program(
+        monkeypatch: pytest.MonkeyPatch, batch: int, dynamic: bool) -> None:
+    """A table config with the dynamic schedule keeps it from MIN_DYNAMIC_TILES_PER_PROGRAM
+    tiles per program (H=16, L=512 at 128 rows: 64·B tiles on 66 SMs, so B >= 5 at 4 per
+    program); below, the snake order. A config the caller names is run as named."""
+    dyn = KernelConfig.parse("128x128 w8 s2 tma overlap ws dynamic")
+    monkeypatch.setattr(sel, "default_config", lambda *args: dyn)
+    monkeypatch.setattr(sel, "MIN_DYNAMIC_TILES_PER_PROGRAM", 4)
+    q, k, v = _qkv(b=batch, lq=512)
+    chosen = choose(q, k, v, arch=90, causal=True, num_sms=66)
+    assert chosen.config == replace(dyn, dynamic_schedule=dynamic)
+    assert ("DYNAMIC_SCHEDULE" in chosen.call.kwargs) is dynamic
+    named = choose(q, k, v, arch=90, causal=True, num_sms=66, config=dyn)
+    assert named.config == dyn and "DYNAMIC_SCHEDULE" in named.call.kwargs
 
 
 @pytest.mark.parametrize(("config", "causal", "balanced"), [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ from flashrepro.configs import FA3_WS, TRITON_FALLBACK, KernelConfig, _tuned_tab
 from flashrepro.kernels.fwd import attn_fwd_kernel
 from flashrepro.kernels.fwd_gluon import attn_fwd_gluon_kernel
 from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
+from flashrepro.select import MIN_DYNAMIC_TILES_PER_PROGRAM
 from flashrepro_harness.cli import build_parser
 from flashrepro_harness.commands import tune as tune_cmd
 from tests.reference import check_parity, random_qkv
@@ -74,10 +76,11 @@ def test_default_launch_on_sm90_runs_a_kernel_that_can(key: str) -> None:
                     and all(_tma_addressable(t) for t in (q, k, v)))
         assert (call.kernel is attn_fwd_gluon_ws_kernel) == runnable, case
         if runnable:
-            assert chosen.config == cfg, case
+            tiles = h * -(-lq // cfg.block_m)
+            few = tiles < MIN_DYNAMIC_TILES_PER_PROGRAM * 132  # the static order then
+            assert chosen.config == replace(cfg, dynamic_schedule=cfg.dynamic_schedule and not few)
             assert all(desc.strides[-1] == 1 and all(s * 2 % 16 == 0 for s in desc.strides[:-1])
                        for desc in call.args[:4]), case
-            tiles = h * -(-lq // cfg.block_m)
             assert call.grid == ((tiles if cfg.tile_grid else min(tiles, 132)),), case
             assert (kw["NUM_CONSUMERS"], kw["BLOCK_N"], kw["NUM_STAGES"], kw["HEAD_DIM"]) == (
                 cfg.num_warps // 4, cfg.block_n, cfg.num_stages, d), case

@@ -97,7 +97,7 @@ DYNAMIC_MUTANTS = {
          "            q_ready.index(qb), q_smem.index(qb))\n"
          "        if DYNAMIC_SCHEDULE:\n            _publish_tile(tile_smem, qb, tile)\n")),
     "the counter is not reset": (
-        ("        gl.atomic_xchg(tile_counter, 0)\n", "        pass\n"),),
+        ("        gl.atomic_xchg(tile_counter, 0, sem=\"relaxed\")\n", "        pass\n"),),
     "the first wave's tiles are claimed too": (
         ("        tile = gl.program_id(0)\n",
          "        tile = _claim_tile(tile_counter, num_tiles)\n"),),

@@ -499,7 +499,8 @@ class Sim:
         return gl
 
     # -- the dynamic schedule's counter ------------------------------------------------------
-    def _atomic_add(self, ptr: Any, value: Any) -> I:
+    def _atomic_add(self, ptr: Any, value: Any, sem: str | None = None) -> I:
+        """One atomic step; the protocol asks nothing of it but atomicity (``sem`` any)."""
         assert ptr == "tile_counter"
 
         def add() -> I:
@@ -507,7 +508,7 @@ class Sim:
             return I(old)
         return self.sched.me.op(_always, add)
 
-    def _atomic_xchg(self, ptr: Any, value: Any) -> I:
+    def _atomic_xchg(self, ptr: Any, value: Any, sem: str | None = None) -> I:
         assert ptr == "tile_counter"
 
         def xchg() -> I:

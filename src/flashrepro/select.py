@@ -36,13 +36,17 @@ The rules, in the order applied:
 7. Grid: one program per tile, except the ws kernel's persistent grid of one program per SM
    unless ``config.tile_grid``; there ``config.dynamic_schedule`` has the programs claim
    their tiles from a counter that the launcher passes (its stream's,
-   :mod:`flashrepro.counters`).
+   :mod:`flashrepro.counters`). A table config (``config`` None) keeps its dynamic schedule
+   only with at least :data:`MIN_DYNAMIC_TILES_PER_PROGRAM` tiles per program; below, the
+   static snake order, which pairs each program's heavy causal tile with a light one
+   (lab/2026-12-03-dynamic-schedule-tile-count/). The table is tuned at B·L = 16384, about
+   16 tiles per program on 132 SMs.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import triton
@@ -66,6 +70,8 @@ STAND_IN_NUM_SMS = 132
 """SMs assumed where no GPU is at hand (the interpreter, the offline compile): the H100/H200's."""
 STAND_IN_L2_BYTES = 50 * 2**20
 """L2 bytes assumed where no GPU is at hand: the H100's 50 MiB (the H200 has 60)."""
+MIN_DYNAMIC_TILES_PER_PROGRAM = 4
+"""Tiles per persistent program from which a table config keeps its dynamic schedule (rule 7)."""
 
 
 @dataclass(frozen=True)
@@ -250,6 +256,9 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  and (d == 64 or not cfg.three_consumers))  # its registers hold D = 64 only
     if cfg.overlap and not use_gluon and (config is None or cfg.three_consumers):
         cfg = TRITON_FALLBACK  # the table's tiles are the Gluon kernel's
+    if (config is None and cfg.dynamic_schedule
+            and b * h * triton.cdiv(lq, cfg.block_m) < MIN_DYNAMIC_TILES_PER_PROGRAM * num_sms):
+        cfg = replace(cfg, dynamic_schedule=False)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     snake = (causal and use_gluon and cfg.warp_specialize and not cfg.tile_grid
              and not cfg.dynamic_schedule)  # the static persistent order under a causal mask

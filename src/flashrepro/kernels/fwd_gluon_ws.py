@@ -185,10 +185,13 @@ def _claim_tile(tile_counter, num_tiles):
     one atomic add (the first G tiles go to programs 0..G-1 unclaimed). Each program claims
     until it gets a tile past the last, once, so the claims take exactly the values
     0..num_tiles-1; the one that takes num_tiles - 1 is the launch's last and puts the counter
-    back to 0 for the next launch (no host-side reset)."""
-    claim = gl.atomic_add(tile_counter, 1)
+    back to 0 for the next launch (no host-side reset). Relaxed: the counter publishes no other
+    memory, and the default (acq_rel) costs a GPU-wide fence and an L1 invalidation per claim
+    (MEMBAR.ALL.GPU, CCTL.IVALL in the SASS); the next launch sees the reset at the kernel
+    boundary."""
+    claim = gl.atomic_add(tile_counter, 1, sem="relaxed")
     if claim == num_tiles - 1:
-        gl.atomic_xchg(tile_counter, 0)
+        gl.atomic_xchg(tile_counter, 0, sem="relaxed")
     return claim + gl.num_programs(0)
 
 
