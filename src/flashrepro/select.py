@@ -70,7 +70,7 @@ STAND_IN_NUM_SMS = 132
 """SMs assumed where no GPU is at hand (the interpreter, the offline compile): the H100/H200's."""
 STAND_IN_L2_BYTES = 50 * 2**20
 """L2 bytes assumed where no GPU is at hand: the H100's 50 MiB (the H200 has 60)."""
-MIN_DYNAMIC_TILES_PER_PROGRAM = 4
+MIN_DYNAMIC_TILES_PER_PROGRAM = 3
 """Tiles per persistent program from which a table config keeps its dynamic schedule (rule 7)."""
 
 
