@@ -29,6 +29,7 @@ import sys
 import textwrap
 import traceback
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -400,6 +401,8 @@ def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeTimer:
                         lambda self, device="cpu", seed=0: inputs(self, device="cpu", seed=seed))
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda *args: SimpleNamespace(multi_processor_count=132))
     monkeypatch.setattr(env, "capture", lambda: synthetic_env())
     monkeypatch.setattr(env, "nvml_clocks", lambda *args: {})
     monkeypatch.setattr(bench_reproduce, "busy_wait_us", lambda: 1000.0)

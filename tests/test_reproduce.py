@@ -54,6 +54,8 @@ def cpu_measure(monkeypatch: pytest.MonkeyPatch) -> dict[str, list[float]]:
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
     monkeypatch.setattr(R, "interleaved_rounds", fake_rounds)
     monkeypatch.setattr(R, "launch_arch", lambda: 80)
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda *args: types.SimpleNamespace(multi_processor_count=132))
     monkeypatch.setattr(R, "host_and_eager_rounds", fake_host)
     timed["host"] = host  # type: ignore[assignment]
     return timed

@@ -253,13 +253,19 @@ def test_three_consumer_default_on_sm90(monkeypatch: pytest.MonkeyPatch) -> None
     assert not [c for _, c, _ in rows if c.block_m == 192 and not c.warp_specialize]
 
 
-def test_dynamic_schedule_default_on_sm90(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A table entry with the dynamic schedule counts the ws kernel at that config and the
-    Triton kernel at its tiles, without the ws-only flags."""
+@pytest.mark.parametrize(("batch", "counted_dynamic"), [(2, False), (16, True)])
+def test_dynamic_schedule_default_on_sm90(monkeypatch: pytest.MonkeyPatch, batch: int,
+                                          counted_dynamic: bool) -> None:
+    """A table entry with the dynamic schedule counts the ws kernel as select() runs it: with
+    the dynamic schedule from 3 tiles per program (B=16: 2048 tiles on 132 SMs), the snake
+    order below (the article problem, B=2: 256 tiles); and the Triton kernel at its tiles,
+    without the ws-only flags."""
     dynamic = dataclasses.replace(NAMED["fa3-ws"], dynamic_schedule=True)
     monkeypatch.setattr(sass, "default_config", lambda *args: dynamic)
-    rows = [(v, c) for v, c, _ in sass._configs("sm_90", PROBLEM)]
-    assert ("fwd_gluon_ws", dynamic) in rows
+    problem = dataclasses.replace(PROBLEM, batch=batch)
+    rows = [(v, c) for v, c, _ in sass._configs("sm_90", problem)]
+    counted = dynamic if counted_dynamic else NAMED["fa3-ws"]
+    assert ("fwd_gluon_ws", counted) in rows
     assert ("fwd", KernelConfig(128, 128, 8, 2, tma=True)) in rows
 
 

@@ -176,6 +176,15 @@ def heads_per_group(bh: int, lk: int, d: int, element_size: int, l2_bytes: int,
     return next(g for g in range(bound, 0, -1) if 2 * (bh % g) >= g)
 
 
+def table_schedule(cfg: KernelConfig, num_tiles: int, num_sms: int) -> KernelConfig:
+    """A table config's schedule for a launch of ``num_tiles`` tiles on ``num_sms`` SMs (rule 7
+    of the module docstring): ``cfg``, without its dynamic schedule below
+    :data:`MIN_DYNAMIC_TILES_PER_PROGRAM` tiles per program."""
+    if cfg.dynamic_schedule and num_tiles < MIN_DYNAMIC_TILES_PER_PROGRAM * num_sms:
+        return replace(cfg, dynamic_schedule=False)
+    return cfg
+
+
 def _tma_ok(tensors: tuple[torch.Tensor, ...], lk: int, arch: int | None) -> bool:
     """Rule 3 of the module docstring."""
     if lk < 1 or (arch is not None and arch < 90):
@@ -256,9 +265,8 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  and (d == 64 or not cfg.three_consumers))  # its registers hold D = 64 only
     if cfg.overlap and not use_gluon and (config is None or cfg.three_consumers):
         cfg = TRITON_FALLBACK  # the table's tiles are the Gluon kernel's
-    if (config is None and cfg.dynamic_schedule
-            and b * h * triton.cdiv(lq, cfg.block_m) < MIN_DYNAMIC_TILES_PER_PROGRAM * num_sms):
-        cfg = replace(cfg, dynamic_schedule=False)
+    if config is None:
+        cfg = table_schedule(cfg, b * h * triton.cdiv(lq, cfg.block_m), num_sms)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     snake = (causal and use_gluon and cfg.warp_specialize and not cfg.tile_grid
              and not cfg.dynamic_schedule)  # the static persistent order under a causal mask

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from flashrepro.configs import MMA_V3_ARCHS, default_config, launch_arch
+from flashrepro.select import table_schedule
 from flashrepro_harness import env
 from flashrepro_harness.bench import impls as K
 from flashrepro_harness.bench import peers
@@ -177,8 +178,11 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
             rec["ratio_vs_torch_flash"] = statistics.median(ratios)
             rec["ratio_rounds"] = ratios
         if base == "flashrepro" and name == base:
-            rec["config"] = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
-                                           launch_arch()).as_dict()
+            cfg = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
+                                 launch_arch())
+            tiles = problem.batch * problem.heads * -(-problem.seqlen_q // cfg.block_m)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            rec["config"] = table_schedule(cfg, tiles, sms).as_dict()  # what select() runs
         elif base in K.LAUNCHES:
             rec["config"] = K.LAUNCHES[base].as_dict()
         records.append(rec)
