@@ -135,12 +135,16 @@ def test_gpu_default_launch_at_the_long_causal_entries(d: int, mask: str, dtype:
     and 128: one program per tile, or the persistent grid with the dynamic schedule): GQA,
     (B, L, H, D)-strided inputs, a ragged last tile and, bottom-right, Lk > Lq (a causal
     offset that is no multiple of 64), so the ws kernel runs (three consumers at D = 64, each
-    skipping the blocks its rows do not see). 4·65 tiles of 128 rows (4·43 of 192 at D = 64):
-    more than the H200's 132 programs, so some claim a second tile on the persistent grid."""
+    skipping the blocks its rows do not see). 3·4·65 tiles of 128 rows (3·4·43 of 192 at
+    D = 64): at least 3 per program on the H200's 132, so select() keeps the dynamic schedule
+    and programs claim tiles past their first."""
     cfg = _tuned_table()[f"sm90-d{d}-causal-l8192"]
     assert cfg.warp_specialize and (cfg.tile_grid or cfg.dynamic_schedule)
     lq, lk = 8192 + 37, 8192 + 37 + (101 if mask == "bottom-right" else 0)
-    q, k, v = random_qkv(1, 4, lq, lk, d, dtype, device, h_kv=2)
+    q, k, v = random_qkv(3, 4, lq, lk, d, dtype, device, h_kv=2)
     q = q.transpose(1, 2).contiguous().transpose(1, 2)
+    chosen = choose(q, k, v, arch=90, causal=True, num_sms=132,
+                    causal_alignment="bottom_right" if mask == "bottom-right" else "top_left")
+    assert chosen.config == cfg
     check_parity(q, k, v, causal=True, bottom_right=mask == "bottom-right", enable_gqa=True)
 
