@@ -6,6 +6,7 @@ check; only the GPU timer is replaced by synthetic per-round times, since the CP
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import sys
 import types
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from flashrepro.configs import ARTICLE, P_IN_REGISTERS
+from flashrepro.configs import ARTICLE, FA3_WS, P_IN_REGISTERS
 from flashrepro.validation import interpreter_mode
 from flashrepro_harness.bench import impls as K
 from flashrepro_harness.bench import peers, sweep
@@ -79,6 +80,16 @@ def test_mma_sync_child_records(cpu_measure: dict[str, list[float]]) -> None:
     assert records["flashrepro-p-in-registers (mma.sync)"]["config"] == P_IN_REGISTERS.as_dict()
     assert records["flashrepro-article-config (mma.sync)"]["config"] == ARTICLE.as_dict()
     assert records["flashrepro (mma.sync)"]["config"]["tma"] is False  # sm_80's choice
+
+
+def test_the_record_names_the_schedule_that_runs(cpu_measure: dict[str, list[float]],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default launch's record gives the config select() runs: a table entry with the
+    dynamic schedule at 2 tiles on 132 SMs runs (and is recorded) in the snake order."""
+    dynamic = dataclasses.replace(FA3_WS, dynamic_schedule=True)
+    monkeypatch.setattr(R, "default_config", lambda *args: dynamic)
+    [record] = R.measure(PROBLEM, ["flashrepro"], rounds=2, calls=1)
+    assert record["config"] == FA3_WS.as_dict()
 
 
 def test_every_pairable_row_is_a_product_row() -> None:

@@ -181,7 +181,7 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
             cfg = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                                  launch_arch())
             tiles = problem.batch * problem.heads * -(-problem.seqlen_q // cfg.block_m)
-            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            sms = torch.cuda.get_device_properties("cuda").multi_processor_count
             rec["config"] = table_schedule(cfg, tiles, sms).as_dict()  # what select() runs
         elif base in K.LAUNCHES:
             rec["config"] = K.LAUNCHES[base].as_dict()
