@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import json
 import statistics
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -192,18 +193,18 @@ def plot(points: list[dict[str, Any]], path: Path, title: str) -> None:
             twin.plot(*zip(*ratios, strict=True), color="black", linestyle="--", marker="x",
                       label="flashrepro / best peer (time, right axis)")
             twin.axhline(1.0, color="grey", linewidth=0.8)
-            twin.set_ylabel("flashrepro / best peer (time)", fontsize=8)
+            twin.set_ylabel("flashrepro / best peer (time, lower is better)", fontsize=8)
             if ax is axes.flat[0]:
                 twin.legend(fontsize=7, loc="lower right")
         ax.set_xscale("log", base=2)
         ax.set_title(f"{dtype} D={d} {'causal' if causal else 'non-causal'}", fontsize=9)
         ax.set_xlabel("L (tokens per sequence)")
-        ax.set_ylabel("TFLOP/s")
+        ax.set_ylabel("TFLOP/s (higher is better)")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(textwrap.fill(title, 200), fontsize=10)
     fig.tight_layout()
     with replaced_on_success(path) as tmp:
         fig.savefig(tmp, dpi=110)
