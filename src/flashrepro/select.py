@@ -176,10 +176,12 @@ def heads_per_group(bh: int, lk: int, d: int, element_size: int, l2_bytes: int,
     return next(g for g in range(bound, 0, -1) if 2 * (bh % g) >= g)
 
 
-def table_schedule(cfg: KernelConfig, num_tiles: int, num_sms: int) -> KernelConfig:
-    """A table config's schedule for a launch of ``num_tiles`` tiles on ``num_sms`` SMs (rule 7
-    of the module docstring): ``cfg``, without its dynamic schedule below
-    :data:`MIN_DYNAMIC_TILES_PER_PROGRAM` tiles per program."""
+def table_schedule(cfg: KernelConfig, batch_heads: int, seqlen_q: int,
+                   num_sms: int) -> KernelConfig:
+    """A table config's schedule for a launch over ``batch_heads`` (batch, query head) pairs of
+    ``seqlen_q`` rows on ``num_sms`` SMs (rule 7 of the module docstring): ``cfg``, without its
+    dynamic schedule below :data:`MIN_DYNAMIC_TILES_PER_PROGRAM` tiles per program."""
+    num_tiles = batch_heads * triton.cdiv(seqlen_q, cfg.block_m)
     if cfg.dynamic_schedule and num_tiles < MIN_DYNAMIC_TILES_PER_PROGRAM * num_sms:
         return replace(cfg, dynamic_schedule=False)
     return cfg
@@ -266,7 +268,7 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     if cfg.overlap and not use_gluon and (config is None or cfg.three_consumers):
         cfg = TRITON_FALLBACK  # the table's tiles are the Gluon kernel's
     if config is None:
-        cfg = table_schedule(cfg, b * h * triton.cdiv(lq, cfg.block_m), num_sms)
+        cfg = table_schedule(cfg, b * h, lq, num_sms)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     snake = (causal and use_gluon and cfg.warp_specialize and not cfg.tile_grid
              and not cfg.dynamic_schedule)  # the static persistent order under a causal mask

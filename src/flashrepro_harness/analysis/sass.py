@@ -50,8 +50,8 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     arch = TARGETS[target].arch
     default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                              TARGETS[target].config_arch)
-    default = table_schedule(default, problem.batch * problem.heads
-                             * triton.cdiv(problem.seqlen_q, default.block_m), STAND_IN_NUM_SMS)
+    default = table_schedule(default, problem.batch * problem.heads, problem.seqlen_q,
+                             STAND_IN_NUM_SMS)
     if not TARGETS[target].wgmma and default.overlap:
         default = TRITON_FALLBACK  # api.attention runs Gluon on sm_90's wgmma path only
     if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90

@@ -180,9 +180,9 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
         if base == "flashrepro" and name == base:
             cfg = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
                                  launch_arch())
-            tiles = problem.batch * problem.heads * -(-problem.seqlen_q // cfg.block_m)
             sms = torch.cuda.get_device_properties("cuda").multi_processor_count
-            rec["config"] = table_schedule(cfg, tiles, sms).as_dict()  # what select() runs
+            rec["config"] = table_schedule(  # what select() runs
+                cfg, problem.batch * problem.heads, problem.seqlen_q, sms).as_dict()
         elif base in K.LAUNCHES:
             rec["config"] = K.LAUNCHES[base].as_dict()
         records.append(rec)
