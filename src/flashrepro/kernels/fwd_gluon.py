@@ -53,67 +53,9 @@ def _running_max(m_i, m_block, MAX_LAG: gl.constexpr):
     return m_new
 
 
-# 2^f on [0, 1) as 1 + f·(C1 + f·(C2 + f·C3)): the cubic with the least largest relative error
-# (8.6e-5, a sixth of float16's half ulp; fitted for this file by Lawson's reweighted least
-# squares), exact at f = 0 so that integer powers of two are exact. float32 bit patterns.
-EXP2_POLY_C1 = "0f3F31F325"  # 0.69511634
-EXP2_POLY_C2 = "0f3E691C4C"  # 0.22764701
-EXP2_POLY_C3 = "0f3D9DD45C"  # 0.07706520
-EXP2_PACK = gl.constexpr(8)  # elements per inline-asm call: EXP2_POLY of them by polynomial
-
-
-@gluon.constexpr_function
-def _exp2_ptx(n_poly):
-    """PTX for :func:`_exp2`: outputs $0..$7, inputs $8..$15; the first ``8 - n_poly`` on the
-    MUFU, the rest by polynomial. The polynomial path clamps x at -127 keeping NaN
-    (``max.NaN``), splits it into j + f (j = floor(x): adding 1.5·2^23 rounding down leaves j in
-    the sum's low mantissa bits), evaluates 2^f by Horner (three FFMA) and multiplies by 2^j,
-    whose bits are (j + 127) << 23 from those low bits (one LEA). -inf gives exactly +0.0 (j =
-    -127: 2^j's bits are 0), NaN gives NaN. x must be below 128: in these kernels x <= MAX_LAG.
-    """
-    n = EXP2_PACK.value
-    mufu = " ".join(f"ex2.approx.ftz.f32 ${i}, ${n + i};" for i in range(n - n_poly))
-    poly = " ".join(
-        "{ .reg .b32 x, t, j, f, p, e; "
-        f"max.NaN.f32 x, ${n + i}, 0fC2FE0000; "  # -127
-        "add.rm.ftz.f32 t, x, 0f4B400000; "  # 1.5·2^23: t's low bits hold floor(x)
-        "sub.ftz.f32 j, t, 0f4B400000; "
-        "sub.ftz.f32 f, x, j; "
-        f"fma.rn.ftz.f32 p, f, {EXP2_POLY_C3}, {EXP2_POLY_C2}; "
-        f"fma.rn.ftz.f32 p, p, f, {EXP2_POLY_C1}; "
-        "fma.rn.ftz.f32 p, p, f, 0f3F800000; "
-        "shl.b32 e, t, 23; "
-        "add.s32 e, e, 0x3F800000; "  # 127 << 23: the bits of 2^j
-        f"mul.ftz.f32 ${i}, p, e; }}"
-        for i in range(n - n_poly, n))
-    return mufu + " " + poly
-
-
-@gluon.constexpr_function
-def _exp2_constraints():
-    return ",".join(["=r"] * EXP2_PACK.value + ["r"] * EXP2_PACK.value)
-
-
-@gluon.jit
-def _exp2(x, EXP2_POLY: gl.constexpr):
-    """2^x elementwise (x <= 127, or NaN, or -inf): ``gl.exp2`` (the MUFU, 16 per clock and SM
-    on sm_90) when EXP2_POLY is 0; otherwise EXP2_POLY of every 8 elements a thread holds by a
-    cubic on the FMA and integer pipes (:func:`_exp2_ptx`), relative error below 1e-4. At
-    D = 64 a 128-key block's Q·Kᵀ and P·V take the tensor cores as long as its exponentials
-    take the MUFU, so moving some of them to other pipes shortens the softmax (FlashAttention-4's
-    software exp2, T. Dao et al., 2025, there on sm_100)."""
-    if EXP2_POLY == 0:
-        p = gl.exp2(x)
-    else:
-        p = gl.inline_asm_elementwise(_exp2_ptx(EXP2_POLY), _exp2_constraints(), [x],
-                                      dtype=gl.float32, is_pure=True, pack=EXP2_PACK)
-    return p
-
-
 @gluon.jit
 def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
-                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr,
-                  EXP2_POLY: gl.constexpr = 0):
+                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr):
     """One block's online-softmax update: returns (p, alpha, m_new, l_new), p unnormalised,
     m_new as :func:`_running_max`, the row sums ``l_i`` and ``l_new`` as
     :func:`_thread_row_sums`' partials (block 0: ``l_i`` 0). ``m_i`` is finite from block 0 on:
@@ -125,11 +67,11 @@ def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
         # Scale before masking: -inf * qk_scale would be NaN for qk_scale == 0.
         s = gl.where(keep, s * qk_scale, float("-inf"))
         m_new = _running_max(m_i, gl.max(s, 1), MAX_LAG)
-        p = _exp2(s - gl.expand_dims(m_new, 1), EXP2_POLY)
+        p = gl.exp2(s - gl.expand_dims(m_new, 1))
     else:
         m_new = _running_max(m_i, gl.max(s, 1) * qk_scale, MAX_LAG)
         # One FMA per score: scale and subtract the row max together.
-        p = _exp2(s * qk_scale - gl.expand_dims(m_new, 1), EXP2_POLY)
+        p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
     partial = _thread_row_sums(p)
     alpha_2d = gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, partial.type.layout)),
@@ -151,18 +93,15 @@ def _thread_row_sums(p):
 
 @gluon.jit
 def _softmax_block(s, m_i, l_i, cols, rows, full, seqlen_k, causal_offset, qk_scale,
-                   CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr = 0.0,
-                   EXP2_POLY: gl.constexpr = 0):
+                   CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr = 0.0):
     """:func:`_softmax_step` of one block, with the masks only where ``full`` (a runtime
     flag: every query row sees the whole block) is false."""
     if full:
         p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                               causal_offset, qk_scale, False, CAUSAL, MAX_LAG,
-                                               EXP2_POLY)
+                                               causal_offset, qk_scale, False, CAUSAL, MAX_LAG)
     else:
         p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                               causal_offset, qk_scale, True, CAUSAL, MAX_LAG,
-                                               EXP2_POLY)
+                                               causal_offset, qk_scale, True, CAUSAL, MAX_LAG)
     return p, alpha, m_new, l_new
 
 
