@@ -54,8 +54,43 @@ def _running_max(m_i, m_block, MAX_LAG: gl.constexpr):
 
 
 @gluon.jit
+def _max_of_halves(x):
+    """[ROWS, n, 4] -> [ROWS, n / 2, 4]: the larger of k and k + n / 2, n / 2 independent
+    maxima per row and thread (one level of a tree)."""
+    ROWS: gl.constexpr = x.type.shape[0]
+    N: gl.constexpr = x.type.shape[1]
+    return gl.max(x.reshape([ROWS, 2, N // 2, 4]), 1)
+
+
+@gluon.jit
+def _row_max(s, TREE: gl.constexpr):
+    """The rows' maxima of ``s`` (ROWS x BLOCK_N, in a wgmma accumulator's layout). Not TREE:
+    ``gl.max``, which a thread computes as one dependent chain over its BLOCK_N / 4 columns of
+    a row. TREE: adjacent pairs, then halves of what is left, so the chain before the quad's
+    two shuffles is log2(BLOCK_N / 4) deep (5 at BLOCK_N 128, against 31); the same count of
+    maxima. Columns as :func:`_thread_row_sums`."""
+    if TREE:
+        ROWS: gl.constexpr = s.type.shape[0]
+        BLOCK_N: gl.constexpr = s.type.shape[1]
+        x = gl.max(s.reshape([ROWS, BLOCK_N // 8, 4, 2]), 3)
+        if BLOCK_N // 8 >= 16:
+            x = _max_of_halves(x)
+        if BLOCK_N // 8 >= 8:
+            x = _max_of_halves(x)
+        if BLOCK_N // 8 >= 4:
+            x = _max_of_halves(x)
+        if BLOCK_N // 8 >= 2:
+            x = _max_of_halves(x)
+        m = gl.convert_layout(gl.max(x.reshape([ROWS, 4]), 1), gl.SliceLayout(1, s.type.layout))
+    else:
+        m = gl.max(s, 1)
+    return m
+
+
+@gluon.jit
 def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
-                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr):
+                  MASKED: gl.constexpr, CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr,
+                  TREE: gl.constexpr = False):
     """One block's online-softmax update: returns (p, alpha, m_new, l_new), p unnormalised,
     m_new as :func:`_running_max`, the row sums ``l_i`` and ``l_new`` as
     :func:`_thread_row_sums`' partials (block 0: ``l_i`` 0). ``m_i`` is finite from block 0 on:
@@ -66,10 +101,10 @@ def _softmax_step(s, m_i, l_i, cols, rows, seqlen_k, causal_offset, qk_scale,
             keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1) + causal_offset)
         # Scale before masking: -inf * qk_scale would be NaN for qk_scale == 0.
         s = gl.where(keep, s * qk_scale, float("-inf"))
-        m_new = _running_max(m_i, gl.max(s, 1), MAX_LAG)
+        m_new = _running_max(m_i, _row_max(s, TREE), MAX_LAG)
         p = gl.exp2(s - gl.expand_dims(m_new, 1))
     else:
-        m_new = _running_max(m_i, gl.max(s, 1) * qk_scale, MAX_LAG)
+        m_new = _running_max(m_i, _row_max(s, TREE) * qk_scale, MAX_LAG)
         # One FMA per score: scale and subtract the row max together.
         p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
     alpha = gl.exp2(m_i - m_new)
@@ -93,15 +128,17 @@ def _thread_row_sums(p):
 
 @gluon.jit
 def _softmax_block(s, m_i, l_i, cols, rows, full, seqlen_k, causal_offset, qk_scale,
-                   CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr = 0.0):
+                   CAUSAL: gl.constexpr, MAX_LAG: gl.constexpr = 0.0, TREE: gl.constexpr = False):
     """:func:`_softmax_step` of one block, with the masks only where ``full`` (a runtime
     flag: every query row sees the whole block) is false."""
     if full:
         p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                               causal_offset, qk_scale, False, CAUSAL, MAX_LAG)
+                                               causal_offset, qk_scale, False, CAUSAL, MAX_LAG,
+                                               TREE)
     else:
         p, alpha, m_new, l_new = _softmax_step(s, m_i, l_i, cols, rows, seqlen_k,
-                                               causal_offset, qk_scale, True, CAUSAL, MAX_LAG)
+                                               causal_offset, qk_scale, True, CAUSAL, MAX_LAG,
+                                               TREE)
     return p, alpha, m_new, l_new
 
 

@@ -296,7 +296,7 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
                    num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
                    causal_offset, qk_scale, tile, local, num_local, it, cols0, s_zero,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr,
-                   STORE_LSE: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr):
+                   STORE_LSE: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr, TREE: gl.constexpr):
     """One consumer's work for one tile, this program's ``local``-th (of ``num_local``, static
     schedule): its 64 query rows against the tile's key blocks, then their output (stored
     while the next tile runs). ``it``: key blocks consumed before it; returns the count after
@@ -362,7 +362,7 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
     s = warpgroup_mma_wait(0, deps=(s,))
     mbarrier.arrive(k_empty.index(slot), count=1)
     p, alpha, m_i, l_i = _softmax_block(s, m_i, 0.0, cols0, rows, n_full > 0, seqlen_k,
-                                        causal_offset, qk_scale, CAUSAL)
+                                        causal_offset, qk_scale, CAUSAL, 0.0, TREE)
     p = gl.convert_layout(p.to(dtype), p_layout)
 
     # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V;
@@ -383,7 +383,7 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
         m_old = m_i
         p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
                                                 j < n_full, seqlen_k, causal_offset,
-                                                qk_scale, CAUSAL, MAX_LAG)
+                                                qk_scale, CAUSAL, MAX_LAG, TREE)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index(prev), count=1)
         acc = _rescale_moved_rows(acc, alpha, m_old, m_i)
@@ -426,7 +426,8 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
 def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
               num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
               causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
-              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, tile_smem=None):
+              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, TREE: gl.constexpr,
+              tile_smem=None):
     """One warpgroup: each of this program's tiles (:func:`_consumer_tile`), from
     :func:`_schedule_tile` (static schedule) or, dynamic, as the producer hands them over in
     each Q buffer's index slot (``tile_smem`` given), until one past the last tile."""
@@ -451,7 +452,8 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             it = _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
                                 stride_lh, num_batch, num_heads, kv_group, heads_per_group,
                                 seqlen_q, seqlen_k, causal_offset, qk_scale, tile, local, 0, it,
-                                cols0, s_zero, CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, True)
+                                cols0, s_zero, CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, True,
+                                TREE)
             local += 1
             qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
             tile = _handed_tile(tile_smem, q_ready, qb, (local // Q_BUFFERS) & 1)
@@ -464,7 +466,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
                                 stride_lh, num_batch, num_heads, kv_group, heads_per_group,
                                 seqlen_q, seqlen_k, causal_offset, qk_scale,
                                 _schedule_tile(local), local, num_local, it, cols0, s_zero,
-                                CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, False)
+                                CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, False, TREE)
     tma.store_wait(pendings=0)
 
 
@@ -476,7 +478,8 @@ def attn_fwd_gluon_ws_kernel(
     qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr = False, tile_counter=None,
+    CONSUMER_REGS: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr = False,
+    TREE: gl.constexpr = False, tile_counter=None,
 ):
     """Persistent: G programs (at most one per tile) take the tiles of 64·NUM_CONSUMERS query
     rows in :func:`flashrepro.kernels.fwd.tile_coords`' order (heaviest first within each
@@ -545,11 +548,11 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, TREE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, TREE, tile_smem)),
             (_producer, producer_args),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
@@ -557,15 +560,15 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, TREE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, TREE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(2), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, TREE, tile_smem)),
             (_producer, producer_args),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
