@@ -51,8 +51,8 @@ def test_sm90_fp16_d128_causal_l1024_runs_the_ws_kernel() -> None:
     consumers = entry.num_warps // 4
     assert call.kwargs == dict(HEAD_DIM=128, BLOCK_N=entry.block_n, NUM_STAGES=entry.num_stages,
                                CAUSAL=True, STORE_LSE=False, NUM_CONSUMERS=consumers,
-                               CONSUMER_REGS=REGISTERS[consumers][0], num_warps=4,
-                               maxnreg=REGISTERS[consumers][1])
+                               CONSUMER_REGS=REGISTERS[consumers][0], ROW_MAX_TREE=False,
+                               num_warps=4, maxnreg=REGISTERS[consumers][1])
     assert call.args[5:] == (16 * 1024, 1024, 2, 16, 1, 32, 1024, 1024, 0,
                              LOG2_E / math.sqrt(128))
     assert [list(desc.block_shape) for desc in call.args[:4]] == [
@@ -60,6 +60,23 @@ def test_sm90_fp16_d128_causal_l1024_runs_the_ws_kernel() -> None:
         [1, 1, 64, 128]]
     assert all(slot is None or slot.base is None for slot in call.args[:5])  # no tensor kept
     assert not (chosen.contiguous_q or chosen.contiguous_kv or chosen.o_buffer)
+
+
+@pytest.mark.parametrize(("config", "d", "tree"), [
+    ("192x128 w12 s3 tma overlap ws", 64, True),
+    ("192x128 w12 s3 tma overlap ws dynamic", 64, True),
+    ("192x64 w12 s6 tma overlap ws", 64, False),
+    ("128x128 w8 s2 tma overlap ws", 64, False),
+    ("128x128 w8 s2 tma overlap ws", 128, False),
+])
+def test_the_row_max_is_a_tree_in_the_192x128_tile_only(config: str, d: int,
+                                                        tree: bool) -> None:
+    """The ws kernel's softmax takes each row's max as a tree with three consumers and 128-key
+    blocks, where it measured 1-2 % faster, and as one chain elsewhere, where the tree measured
+    neutral to 3 % slower (lab/2026-12-03-row-max-tree/)."""
+    call = choose(*_qkv(b=4, lq=4096, d=d), arch=90, config=KernelConfig.parse(config)).call
+    assert call.kernel is attn_fwd_gluon_ws_kernel
+    assert call.kwargs["ROW_MAX_TREE"] is tree
 
 
 @pytest.mark.parametrize("arch", [80, 86, 89])

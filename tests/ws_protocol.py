@@ -720,7 +720,7 @@ class Sim:
                            {"pid": pid, "prog": prog})
             for c in range(p.consumers):
                 args = (descs[3], None, s["q"], s["k"], s["v"], s["o"], prog.bars, 0, 0,
-                        *shape, 1.0, p.tiles, c, p.causal, False,
+                        *shape, 1.0, p.tiles, c, p.causal, False, False,
                         *((prog.tile_smem,) if p.dynamic else ()))
                 for w in range(WARPS):
                     self.sched.add(f"p{pid}.c{c}.w{w}",

@@ -18,6 +18,9 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   ``bar.sync`` before each arrival, which Gluon inserts so that one thread can arrive for all
   128: up to 2 % slower, equal at the article causal problem;
   lab/2026-11-29-turn-next-q-epilogue/.)
+- Three consumers (the 192-row tile) take each row's max as a tree (``ROW_MAX_TREE``,
+  :func:`~flashrepro.kernels.fwd_gluon._row_max`): 1-2 % faster there, 1-3 % slower with two
+  consumers at D = 128 (lab/2026-12-03-row-max-tree/).
 - Conditional rescaling (FlashAttention-4's, T. Dao et al., 2025): in the loop a row's
   reference max lags its running max by up to MAX_LAG (2^8 in P), so after most blocks no row
   of a warp has moved and the warp skips multiplying O by alpha (a vote and one branch).
@@ -296,7 +299,8 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
                    num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
                    causal_offset, qk_scale, tile, local, num_local, it, cols0, s_zero,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr,
-                   STORE_LSE: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr, TREE: gl.constexpr):
+                   STORE_LSE: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr,
+                   ROW_MAX_TREE: gl.constexpr):
     """One consumer's work for one tile, this program's ``local``-th (of ``num_local``, static
     schedule): its 64 query rows against the tile's key blocks, then their output (stored
     while the next tile runs). ``it``: key blocks consumed before it; returns the count after
@@ -362,7 +366,7 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
     s = warpgroup_mma_wait(0, deps=(s,))
     mbarrier.arrive(k_empty.index(slot), count=1)
     p, alpha, m_i, l_i = _softmax_block(s, m_i, 0.0, cols0, rows, n_full > 0, seqlen_k,
-                                        causal_offset, qk_scale, CAUSAL, 0.0, TREE)
+                                        causal_offset, qk_scale, CAUSAL, 0.0, ROW_MAX_TREE)
     p = gl.convert_layout(p.to(dtype), p_layout)
 
     # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V;
@@ -383,7 +387,7 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
         m_old = m_i
         p_new, alpha, m_i, l_i = _softmax_block(s, m_i, l_i, j * BLOCK_N + cols0, rows,
                                                 j < n_full, seqlen_k, causal_offset,
-                                                qk_scale, CAUSAL, MAX_LAG, TREE)
+                                                qk_scale, CAUSAL, MAX_LAG, ROW_MAX_TREE)
         acc = warpgroup_mma_wait(0, deps=(acc,))
         mbarrier.arrive(v_empty.index(prev), count=1)
         acc = _rescale_moved_rows(acc, alpha, m_old, m_i)
@@ -426,7 +430,7 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
 def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
               num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
               causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
-              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, TREE: gl.constexpr,
+              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, ROW_MAX_TREE: gl.constexpr,
               tile_smem=None):
     """One warpgroup: each of this program's tiles (:func:`_consumer_tile`), from
     :func:`_schedule_tile` (static schedule) or, dynamic, as the producer hands them over in
@@ -453,7 +457,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
                                 stride_lh, num_batch, num_heads, kv_group, heads_per_group,
                                 seqlen_q, seqlen_k, causal_offset, qk_scale, tile, local, 0, it,
                                 cols0, s_zero, CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, True,
-                                TREE)
+                                ROW_MAX_TREE)
             local += 1
             qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
             tile = _handed_tile(tile_smem, q_ready, qb, (local // Q_BUFFERS) & 1)
@@ -466,7 +470,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
                                 stride_lh, num_batch, num_heads, kv_group, heads_per_group,
                                 seqlen_q, seqlen_k, causal_offset, qk_scale,
                                 _schedule_tile(local), local, num_local, it, cols0, s_zero,
-                                CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, False, TREE)
+                                CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, False, ROW_MAX_TREE)
     tma.store_wait(pendings=0)
 
 
@@ -478,15 +482,16 @@ def attn_fwd_gluon_ws_kernel(
     qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr = False,
-    TREE: gl.constexpr = False, tile_counter=None,
+    CONSUMER_REGS: gl.constexpr, ROW_MAX_TREE: gl.constexpr,
+    DYNAMIC_SCHEDULE: gl.constexpr = False, tile_counter=None,
 ):
     """Persistent: G programs (at most one per tile) take the tiles of 64·NUM_CONSUMERS query
     rows in :func:`flashrepro.kernels.fwd.tile_coords`' order (heaviest first within each
     L2 head group), round by round in :func:`_schedule_tile`'s snake order, or with
     DYNAMIC_SCHEDULE each next tile in that order to the first program that asks
     (:func:`_claim_tile`); launched with num_warps=4 (the first consumer, the default
-    partition). NUM_CONSUMERS 2 or 3 (with CONSUMER_REGS from :data:`REGISTERS`).
+    partition). NUM_CONSUMERS 2 or 3 (with CONSUMER_REGS from :data:`REGISTERS`);
+    ROW_MAX_TREE: the softmax's row max as a tree (:func:`kernel_call` sets it).
 
     q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, 64, D];
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
@@ -548,11 +553,11 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, TREE, tile_smem)),
+                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, TREE, tile_smem)),
+                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
             (_producer, producer_args),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
@@ -560,15 +565,15 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, TREE, tile_smem)),
+                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, TREE, tile_smem)),
+                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(2), CAUSAL,
-                         STORE_LSE, TREE, tile_smem)),
+                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
             (_producer, producer_args),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
@@ -608,12 +613,15 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     if dynamic_schedule and num_programs is None:
         raise ValueError("dynamic_schedule needs num_programs (a persistent grid), got None")
     consumer_regs, maxnreg = REGISTERS[num_consumers]
+    # The row max as a tree pays where three consumers share each SMSP's issue slots, not
+    # with two (lab/2026-12-03-row-max-tree/).
+    row_max_tree = num_consumers == 3 and block_n == 128
     lk = k.shape[2]
     tiles = b * h * triton.cdiv(lq, CONSUMER_ROWS.value * num_consumers)
     grid = (tiles if num_programs is None else min(tiles, num_programs),)
     kwargs = dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
                   STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
-                  num_warps=4, maxnreg=maxnreg)
+                  ROW_MAX_TREE=row_max_tree, num_warps=4, maxnreg=maxnreg)
     if dynamic_schedule:
         kwargs.update({"DYNAMIC_SCHEDULE": True,
                        STREAM_COUNTER: torch.empty(0, dtype=torch.int32, device=q.device)})
