@@ -62,24 +62,24 @@ def _max_of_halves(x):
     return gl.max(x.reshape([ROWS, 2, N // 2, 4]), 1)
 
 
+@gluon.constexpr_function
+def _log2(n):
+    return n.bit_length() - 1
+
+
 @gluon.jit
 def _row_max(s, TREE: gl.constexpr):
     """The rows' maxima of ``s`` (ROWS x BLOCK_N, in a wgmma accumulator's layout). Not TREE:
     ``gl.max``, which a thread computes as one dependent chain over its BLOCK_N / 4 columns of
     a row. TREE: adjacent pairs, then halves of what is left, so the chain before the quad's
     two shuffles is log2(BLOCK_N / 4) deep (5 at BLOCK_N 128, against 31); the same count of
-    maxima. Columns as :func:`_thread_row_sums`."""
+    maxima, and the same result (a maximum is exact in any order). Columns as
+    :func:`_thread_row_sums`."""
     if TREE:
         ROWS: gl.constexpr = s.type.shape[0]
         BLOCK_N: gl.constexpr = s.type.shape[1]
         x = gl.max(s.reshape([ROWS, BLOCK_N // 8, 4, 2]), 3)
-        if BLOCK_N // 8 >= 16:
-            x = _max_of_halves(x)
-        if BLOCK_N // 8 >= 8:
-            x = _max_of_halves(x)
-        if BLOCK_N // 8 >= 4:
-            x = _max_of_halves(x)
-        if BLOCK_N // 8 >= 2:
+        for _ in gl.static_range(_log2(BLOCK_N // 8)):
             x = _max_of_halves(x)
         m = gl.convert_layout(gl.max(x.reshape([ROWS, 4]), 1), gl.SliceLayout(1, s.type.layout))
     else:
