@@ -23,23 +23,28 @@ MAX_LAG = WS_MAX_LAG.value  # the ws kernel's
 
 
 def _gluon_functions() -> dict:
-    """fwd_gluon.py's functions with ``gl`` backed by numpy."""
+    """fwd_gluon.py's functions with ``gl`` backed by numpy. ``max`` is ``np.fmax``'s
+    reduction: the maximum that drops NaN unless every input is NaN, as Triton's (``maxnumf``,
+    FMNMX)."""
     ns = _source_namespace(KERNELS / "fwd_gluon.py")
     ns["gl"] = types.SimpleNamespace(
-        where=np.where, maximum=np.maximum, constexpr=object,
-        sum=lambda x, axis: _Tensor(np.asarray(x).sum(axis=axis, dtype=np.float32)))
+        where=np.where, maximum=np.maximum, constexpr=object, static_range=range,
+        static_assert=lambda cond: None if cond else pytest.fail("static_assert"),
+        sum=lambda x, axis: _Tensor(np.asarray(x).sum(axis=axis, dtype=np.float32)),
+        max=lambda x, axis: _Tensor(np.fmax.reduce(np.asarray(x), axis=axis)),
+        convert_layout=lambda x, _layout: x, SliceLayout=lambda _dim, _parent: None)
     return ns
 
 
 class _Tensor(np.ndarray):
-    """A numpy array with the ``.type.shape`` a Gluon tensor has."""
+    """A numpy array with the ``.type.shape`` (and a ``.type.layout``) a Gluon tensor has."""
 
     def __new__(cls, a: np.ndarray) -> _Tensor:
         return np.asarray(a).view(cls)
 
     @property
     def type(self) -> types.SimpleNamespace:
-        return types.SimpleNamespace(shape=list(self.shape))
+        return types.SimpleNamespace(shape=list(self.shape), layout=None)
 
 
 def _max_pairs() -> tuple[np.ndarray, np.ndarray]:
@@ -115,3 +120,27 @@ def test_thread_row_sums_are_each_quad_threads_columns(block_n: int) -> None:
         np.testing.assert_allclose(part[:, t], p[:, mine].sum(1, dtype=np.float64), rtol=1e-6)
     np.testing.assert_allclose(part.sum(1, dtype=np.float64), p.sum(1, dtype=np.float64),
                                rtol=1e-6)
+
+
+@pytest.mark.parametrize("block_n", [16, 32, 64, 128, 256])
+def test_row_max_tree_equals_the_chain(block_n: int) -> None:
+    """``_row_max`` as a tree (pairs, then halves) gives every row's maximum over all its
+    columns, the value of the one-chain ``gl.max``: on random scores and on rows with -inf
+    (masked keys), a NaN, only NaN, and both signs of zero."""
+    row_max = _gluon_functions()["_row_max"]
+    rng = np.random.default_rng(block_n)
+    s = rng.standard_normal((64, block_n)).astype(np.float32) * np.float32(30.0)
+    s[1, :] = -np.inf  # a row that sees no key of the block
+    s[2, : block_n // 2] = -np.inf
+    s[3, rng.integers(block_n)] = np.nan
+    s[4, :] = np.nan
+    s[5, :] = np.where(np.arange(block_n) % 2 == 0, np.float32(0.0), np.float32(-0.0))
+    s[6, :] = -np.inf
+    s[6, block_n - 1] = 7.0  # the maximum in the last column
+    tree = np.asarray(row_max(_Tensor(s), True))
+    chain = np.asarray(row_max(_Tensor(s), False))
+    expected = np.fmax.reduce(s, axis=1)
+    assert tree.shape == (64,)
+    np.testing.assert_array_equal(tree, expected)  # NaN only where the row is all NaN
+    np.testing.assert_array_equal(chain, expected)
+    assert np.isnan(tree[4]) and not np.isnan(tree[3]) and tree[1] == -np.inf and tree[6] == 7.0

@@ -453,6 +453,8 @@ class Sim:
         self.progs: list[Program] = []
         self.counter = 0  # the dynamic schedule's tile counter, 0 at launch
         ws = _source_namespace(KERNELS / "fwd_gluon_ws.py", replace)
+        # the kernel's ROW_MAX_TREE for this launch, which every softmax call must receive
+        self.row_max_tree = ws["row_max_tree"](p.consumers, p.block_n)
         scope = {**ws, "gl": self._fake_gl(),
                  "mbarrier": types.SimpleNamespace(wait=self._wait, arrive=self._arrive,
                                                    expect=self._expect),
@@ -690,9 +692,13 @@ class Sim:
         return deps[0]
 
     def _softmax(self, s: Any, _m: Any, _l: Any, _cols: Any, _rows: Any, full: Any,
-                 *_rest: Any) -> tuple:
+                 *rest: Any) -> tuple:
         if not isinstance(s, STok):
             raise SimError(f"softmax of {s!r}")
+        # (seqlen_k, causal_offset, qk_scale, CAUSAL, MAX_LAG, TREE): the launch's tree flag
+        if len(rest) != 6 or rest[-1] is not self.row_max_tree:
+            raise SimError(f"softmax without the launch's ROW_MAX_TREE "
+                           f"({self.row_max_tree}): {rest!r}")
         self.softmax_calls.append((s.q, s.k, bool(full)))
         return PTok(s.q, s.k), T(), T(), T()
 
@@ -720,7 +726,8 @@ class Sim:
                            {"pid": pid, "prog": prog})
             for c in range(p.consumers):
                 args = (descs[3], None, s["q"], s["k"], s["v"], s["o"], prog.bars, 0, 0,
-                        *shape, 1.0, p.tiles, c, p.causal, False, False,
+                        *shape, 1.0, p.tiles, c, p.causal, False,
+                        self.row_max_tree,
                         *((prog.tile_smem,) if p.dynamic else ()))
                 for w in range(WARPS):
                     self.sched.add(f"p{pid}.c{c}.w{w}",

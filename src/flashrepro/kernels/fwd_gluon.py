@@ -73,11 +73,12 @@ def _row_max(s, TREE: gl.constexpr):
     ``gl.max``, which a thread computes as one dependent chain over its BLOCK_N / 4 columns of
     a row. TREE: adjacent pairs, then halves of what is left, so the chain before the quad's
     two shuffles is log2(BLOCK_N / 4) deep (5 at BLOCK_N 128, against 31); the same count of
-    maxima, and the same result (a maximum is exact in any order). Columns as
-    :func:`_thread_row_sums`."""
+    maxima and the same value (Triton's maximum drops NaN unless every input is NaN, in any
+    order). Columns as :func:`_thread_row_sums`; BLOCK_N a power of two, 16 or more."""
     if TREE:
         ROWS: gl.constexpr = s.type.shape[0]
         BLOCK_N: gl.constexpr = s.type.shape[1]
+        gl.static_assert(BLOCK_N >= 16 and (BLOCK_N & (BLOCK_N - 1)) == 0)
         x = gl.max(s.reshape([ROWS, BLOCK_N // 8, 4, 2]), 3)
         for _ in gl.static_range(_log2(BLOCK_N // 8)):
             x = _max_of_halves(x)

@@ -18,9 +18,8 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   ``bar.sync`` before each arrival, which Gluon inserts so that one thread can arrive for all
   128: up to 2 % slower, equal at the article causal problem;
   lab/2026-11-29-turn-next-q-epilogue/.)
-- Three consumers (the 192-row tile) take each row's max as a tree (``ROW_MAX_TREE``,
-  :func:`~flashrepro.kernels.fwd_gluon._row_max`): 1-2 % faster there, 1-3 % slower with two
-  consumers at D = 128 (lab/2026-12-03-row-max-tree/).
+- In the 192x128 tile (three consumers, 128-key blocks) the softmax takes each row's max as a
+  tree (``ROW_MAX_TREE``, :func:`row_max_tree`).
 - Conditional rescaling (FlashAttention-4's, T. Dao et al., 2025): in the loop a row's
   reference max lags its running max by up to MAX_LAG (2^8 in P), so after most blocks no row
   of a warp has moved and the warp skips multiplying O by alpha (a vote and one branch).
@@ -578,6 +577,15 @@ def attn_fwd_gluon_ws_kernel(
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
 
+def row_max_tree(num_consumers: int, block_n: int) -> bool:
+    """Whether the consumers take each row's max as a tree
+    (:func:`~flashrepro.kernels.fwd_gluon._row_max`): with three consumers and 128-key blocks
+    (the 192x128 tile), where it measured 1.2-2.0 % faster on the H200; with two consumers it
+    was neutral at D = 64 and 1-3 % slower at D = 128, at 192x64 1 % slower
+    (lab/2026-12-03-row-max-tree/)."""
+    return num_consumers == 3 and block_n == 128
+
+
 def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                 lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
                 heads_per_group: int, store_lse: bool, block_n: int, num_stages: int,
@@ -613,15 +621,13 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     if dynamic_schedule and num_programs is None:
         raise ValueError("dynamic_schedule needs num_programs (a persistent grid), got None")
     consumer_regs, maxnreg = REGISTERS[num_consumers]
-    # The row max as a tree pays where three consumers share each SMSP's issue slots, not
-    # with two (lab/2026-12-03-row-max-tree/).
-    row_max_tree = num_consumers == 3 and block_n == 128
     lk = k.shape[2]
     tiles = b * h * triton.cdiv(lq, CONSUMER_ROWS.value * num_consumers)
     grid = (tiles if num_programs is None else min(tiles, num_programs),)
     kwargs = dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
                   STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
-                  ROW_MAX_TREE=row_max_tree, num_warps=4, maxnreg=maxnreg)
+                  ROW_MAX_TREE=row_max_tree(num_consumers, block_n), num_warps=4,
+                  maxnreg=maxnreg)
     if dynamic_schedule:
         kwargs.update({"DYNAMIC_SCHEDULE": True,
                        STREAM_COUNTER: torch.empty(0, dtype=torch.int32, device=q.device)})
