@@ -21,7 +21,7 @@ from flashrepro.configs import NAMED, P_IN_REGISTERS, KernelConfig, _tuned_table
 from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.fwd import attn_fwd_kernel
-from flashrepro.kernels.fwd_gluon_ws import REGISTERS, attn_fwd_gluon_ws_kernel
+from flashrepro.kernels.fwd_gluon_ws import REGISTERS, attn_fwd_gluon_ws_kernel, row_max_tree
 from tests.reference import check_parity, random_qkv
 from tests.selection import choose
 
@@ -51,8 +51,8 @@ def test_sm90_fp16_d128_causal_l1024_runs_the_ws_kernel() -> None:
     consumers = entry.num_warps // 4
     assert call.kwargs == dict(HEAD_DIM=128, BLOCK_N=entry.block_n, NUM_STAGES=entry.num_stages,
                                CAUSAL=True, STORE_LSE=False, NUM_CONSUMERS=consumers,
-                               CONSUMER_REGS=REGISTERS[consumers][0], ROW_MAX_TREE=False,
-                               num_warps=4, maxnreg=REGISTERS[consumers][1])
+                               CONSUMER_REGS=REGISTERS[consumers][0], num_warps=4,
+                               maxnreg=REGISTERS[consumers][1])
     assert call.args[5:] == (16 * 1024, 1024, 2, 16, 1, 32, 1024, 1024, 0,
                              LOG2_E / math.sqrt(128))
     assert [list(desc.block_shape) for desc in call.args[:4]] == [
@@ -73,10 +73,11 @@ def test_the_row_max_is_a_tree_in_the_192x128_tile_only(config: str, d: int,
                                                         tree: bool) -> None:
     """The ws kernel's softmax takes each row's max as a tree with three consumers and 128-key
     blocks, where it measured 1-2 % faster, and as one chain elsewhere, where the tree measured
-    neutral to 3 % slower (lab/2026-12-03-row-max-tree/)."""
+    neutral to 3 % slower (lab/2026-12-03-row-max-tree/): the rule the kernel applies to its
+    launch's constexprs (tests/ws_protocol.py checks that every softmax call gets it)."""
     call = choose(*_qkv(b=4, lq=4096, d=d), arch=90, config=KernelConfig.parse(config)).call
     assert call.kernel is attn_fwd_gluon_ws_kernel
-    assert call.kwargs["ROW_MAX_TREE"] is tree
+    assert row_max_tree(call.kwargs["NUM_CONSUMERS"], call.kwargs["BLOCK_N"]) is tree
 
 
 @pytest.mark.parametrize("arch", [80, 86, 89])

@@ -453,7 +453,7 @@ class Sim:
         self.progs: list[Program] = []
         self.counter = 0  # the dynamic schedule's tile counter, 0 at launch
         ws = _source_namespace(KERNELS / "fwd_gluon_ws.py", replace)
-        # the kernel's ROW_MAX_TREE for this launch, which every softmax call must receive
+        # the ROW_MAX_TREE the kernel derives for this launch; every softmax call must get it
         self.row_max_tree = ws["row_max_tree"](p.consumers, p.block_n)
         scope = {**ws, "gl": self._fake_gl(),
                  "mbarrier": types.SimpleNamespace(wait=self._wait, arrive=self._arrive,
@@ -727,7 +727,6 @@ class Sim:
             for c in range(p.consumers):
                 args = (descs[3], None, s["q"], s["k"], s["v"], s["o"], prog.bars, 0, 0,
                         *shape, 1.0, p.tiles, c, p.causal, False,
-                        self.row_max_tree,
                         *((prog.tile_smem,) if p.dynamic else ()))
                 for w in range(WARPS):
                     self.sched.add(f"p{pid}.c{c}.w{w}",

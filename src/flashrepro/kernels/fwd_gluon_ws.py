@@ -85,6 +85,16 @@ TURN_BARRIER = gl.constexpr(8)
 MAX_LAG = gl.constexpr(8.0)
 
 
+@gluon.constexpr_function
+def row_max_tree(num_consumers, block_n):
+    """Whether the consumers take each row's max as a tree
+    (:func:`~flashrepro.kernels.fwd_gluon._row_max`): with three consumers and 128-key blocks
+    (the 192x128 tile), where it measured 1.2-2.0 % faster on the H200; with two consumers it
+    was neutral at D = 64 and 1-3 % slower at D = 128, at 192x64 1 % slower
+    (lab/2026-12-03-row-max-tree/)."""
+    return num_consumers == 3 and block_n == 128
+
+
 @gluon.jit
 def _per_thread_ids(barrier_id):
     """``barrier_id`` once per thread of a warpgroup: the operand of the inline PTX below,
@@ -298,8 +308,7 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
                    num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
                    causal_offset, qk_scale, tile, local, num_local, it, cols0, s_zero,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr,
-                   STORE_LSE: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr,
-                   ROW_MAX_TREE: gl.constexpr):
+                   STORE_LSE: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr):
     """One consumer's work for one tile, this program's ``local``-th (of ``num_local``, static
     schedule): its 64 query rows against the tile's key blocks, then their output (stored
     while the next tile runs). ``it``: key blocks consumed before it; returns the count after
@@ -309,6 +318,7 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
     HEAD_DIM: gl.constexpr = k_smem.type.shape[4]
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
+    ROW_MAX_TREE: gl.constexpr = row_max_tree(NUM_CONSUMERS, BLOCK_N)
     dtype: gl.constexpr = k_smem.dtype
 
     # -- layouts: wgmma accumulators of one warpgroup; P feeds P·V from registers as its A
@@ -429,8 +439,7 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
 def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
               num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
               causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
-              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, ROW_MAX_TREE: gl.constexpr,
-              tile_smem=None):
+              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, tile_smem=None):
     """One warpgroup: each of this program's tiles (:func:`_consumer_tile`), from
     :func:`_schedule_tile` (static schedule) or, dynamic, as the producer hands them over in
     each Q buffer's index slot (``tile_smem`` given), until one past the last tile."""
@@ -455,8 +464,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
             it = _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
                                 stride_lh, num_batch, num_heads, kv_group, heads_per_group,
                                 seqlen_q, seqlen_k, causal_offset, qk_scale, tile, local, 0, it,
-                                cols0, s_zero, CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, True,
-                                ROW_MAX_TREE)
+                                cols0, s_zero, CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, True)
             local += 1
             qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
             tile = _handed_tile(tile_smem, q_ready, qb, (local // Q_BUFFERS) & 1)
@@ -469,7 +477,7 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
                                 stride_lh, num_batch, num_heads, kv_group, heads_per_group,
                                 seqlen_q, seqlen_k, causal_offset, qk_scale,
                                 _schedule_tile(local), local, num_local, it, cols0, s_zero,
-                                CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, False, ROW_MAX_TREE)
+                                CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, False)
     tma.store_wait(pendings=0)
 
 
@@ -481,16 +489,14 @@ def attn_fwd_gluon_ws_kernel(
     qk_scale,
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
-    CONSUMER_REGS: gl.constexpr, ROW_MAX_TREE: gl.constexpr,
-    DYNAMIC_SCHEDULE: gl.constexpr = False, tile_counter=None,
+    CONSUMER_REGS: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr = False, tile_counter=None,
 ):
     """Persistent: G programs (at most one per tile) take the tiles of 64·NUM_CONSUMERS query
     rows in :func:`flashrepro.kernels.fwd.tile_coords`' order (heaviest first within each
     L2 head group), round by round in :func:`_schedule_tile`'s snake order, or with
     DYNAMIC_SCHEDULE each next tile in that order to the first program that asks
     (:func:`_claim_tile`); launched with num_warps=4 (the first consumer, the default
-    partition). NUM_CONSUMERS 2 or 3 (with CONSUMER_REGS from :data:`REGISTERS`);
-    ROW_MAX_TREE: the softmax's row max as a tree (:func:`kernel_call` sets it).
+    partition). NUM_CONSUMERS 2 or 3 (with CONSUMER_REGS from :data:`REGISTERS`).
 
     q_desc/o_desc: 4-D TMA descriptors over (B, H, Lq, D), block [1, 1, 64, D];
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
@@ -552,11 +558,11 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
+                         STORE_LSE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
+                         STORE_LSE, tile_smem)),
             (_producer, producer_args),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
@@ -564,26 +570,17 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
+                         STORE_LSE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
+                         STORE_LSE, tile_smem)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(2), CAUSAL,
-                         STORE_LSE, ROW_MAX_TREE, tile_smem)),
+                         STORE_LSE, tile_smem)),
             (_producer, producer_args),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
-
-
-def row_max_tree(num_consumers: int, block_n: int) -> bool:
-    """Whether the consumers take each row's max as a tree
-    (:func:`~flashrepro.kernels.fwd_gluon._row_max`): with three consumers and 128-key blocks
-    (the 192x128 tile), where it measured 1.2-2.0 % faster on the H200; with two consumers it
-    was neutral at D = 64 and 1-3 % slower at D = 128, at 192x64 1 % slower
-    (lab/2026-12-03-row-max-tree/)."""
-    return num_consumers == 3 and block_n == 128
 
 
 def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
@@ -626,8 +623,7 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     grid = (tiles if num_programs is None else min(tiles, num_programs),)
     kwargs = dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
                   STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
-                  ROW_MAX_TREE=row_max_tree(num_consumers, block_n), num_warps=4,
-                  maxnreg=maxnreg)
+                  num_warps=4, maxnreg=maxnreg)
     if dynamic_schedule:
         kwargs.update({"DYNAMIC_SCHEDULE": True,
                        STREAM_COUNTER: torch.empty(0, dtype=torch.int32, device=q.device)})
