@@ -138,7 +138,7 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
             return_lse=False, config=config)[0]
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    chosen = launch_varlen.decode_config(D, b * H_KV, sms)  # one row block: G·L_q = 2 rows
+    chosen = launch_varlen.decode_config(D, 16, b * H_KV, sms)  # one 16-row block: G·L_q = 2
     auto = launch_varlen.num_kv_splits(b * H_KV, l_k, chosen.block_n, sms)
     outputs["flashrepro"] = frepro()
     notes["flashrepro"] = f"{auto} splits, {chosen}"

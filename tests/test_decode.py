@@ -256,27 +256,39 @@ def test_bad_input_is_refused_by_name(bad: dict, error: type, match: str,
 
 def test_split_count_gives_one_program_per_sm() -> None:
     """The split choice (shapes only): num_SMs // programs splits, at most MAX_SPLITS and the
-    key blocks; two for a grid of one to two programs per SM over a long cache; one beyond."""
+    key blocks; two for a grid of 64-key programs, fewer than 1.5 per SM, over a long cache;
+    one beyond, and one for 128-key programs."""
     choose, long = launch_varlen.num_kv_splits, launch_varlen.LONG_CACHE_KEYS
     assert choose(8, 32768, 64, 132) == 16  # B=1, H_kv=8: 128 programs
     assert choose(8, 1024, 64, 132) == 16 and choose(8, 512, 64, 132) == 8  # key blocks cap
+    assert choose(8, 1024, 128, 132) == 8  # 8 blocks of 128 keys
     assert choose(128, long - 1, 64, 132) == 1 and choose(128, long, 64, 132) == 2
+    assert choose(192, long, 64, 132) == 2 and choose(198, long, 64, 132) == 1
+    assert choose(128, 32768, 128, 132) == 1 and choose(80, 32768, 128, 132) == 1
+    assert choose(256, 32768, 64, 132) == 1  # B=32: two splits 12-20 % slower
     assert choose(264, 32768, 128, 132) == 1 and choose(512, 32768, 128, 132) == 1
     assert choose(1, 1 << 20, 64, 1000) == launch_varlen.MAX_SPLITS
     for programs in range(1, 600, 7):
         for seqlen_k in (1, 63, 4096, 32768):
-            splits = choose(programs, seqlen_k, 64, 132)
-            assert 1 <= splits <= min(launch_varlen.MAX_SPLITS, -(-seqlen_k // 64))
-            assert programs * splits <= max(132, 2 * programs), (programs, seqlen_k, splits)
+            for block_n in (64, 128):
+                splits = choose(programs, seqlen_k, block_n, 132)
+                assert 1 <= splits <= min(launch_varlen.MAX_SPLITS, -(-seqlen_k // block_n))
+                assert programs * splits <= max(132, 2 * programs), (programs, seqlen_k)
 
 
 def test_decode_tiles_follow_the_grid() -> None:
-    """128-key tiles once the grid holds two programs per SM, 64-key tiles below, 32 above
-    D = 128."""
-    cfg = launch_varlen.decode_config
-    assert cfg(128, 264, 132) == launch_varlen.DecodeConfig(128, 4, 2)
-    assert cfg(128, 263, 132) == launch_varlen.DecodeConfig(64, 4, 3)
-    assert cfg(256, 10_000, 132) == launch_varlen.DecodeConfig(32, 4, 2)
+    """128-key tiles with 2 stages once the grid holds two programs per SM; 128 keys with 3
+    stages for at most one program per SM of at most 16 rows; 64-key tiles otherwise; 32 keys
+    above D = 128."""
+    cfg, config = launch_varlen.decode_config, launch_varlen.DecodeConfig
+    assert cfg(128, 16, 264, 132) == config(128, 4, 2)
+    assert cfg(128, 64, 264, 132) == config(128, 4, 2)
+    assert cfg(128, 16, 263, 132) == config(64, 4, 3)  # B=32 at H_kv=8
+    assert cfg(128, 16, 133, 132) == config(64, 4, 3)
+    assert cfg(128, 16, 132, 132) == config(128, 4, 3)  # B=16: one program per SM
+    assert cfg(64, 16, 8, 132) == config(128, 4, 3)  # B=1, split below
+    assert cfg(128, 32, 128, 132) == config(64, 4, 3)  # 32 rows spill at 128 keys
+    assert cfg(256, 16, 10_000, 132) == config(32, 4, 2)
 
 
 def test_lengths_are_not_specialized() -> None:

@@ -48,8 +48,8 @@ blocks of a varlen launch)."""
 DECODE_MAX_BLOCK_M = 64
 """The largest decode tile: G·Lq packed rows beyond it take more row blocks."""
 LONG_CACHE_KEYS = 4096
-"""From this many keys in the cache a grid of one to two programs per SM splits the keys in
-two (:func:`num_kv_splits`)."""
+"""From this many keys in the cache a grid of 64-key programs, fewer than 1.5 per SM, splits
+the keys in two (:func:`num_kv_splits`)."""
 MAX_SPLITS = 128
 """The most key splits :func:`num_kv_splits` picks."""
 MERGE_BLOCK_S = 16
@@ -74,15 +74,26 @@ class DecodeConfig:
     num_stages: int
 
 
-def decode_config(head_dim: int, programs: int, num_sms: int) -> DecodeConfig:
-    """The decode launch for a head dim and a grid of ``programs`` (B·H_kv·row blocks, before
-    splits) on ``num_sms`` SMs. Up to D = 128: 128-key steps with 2 stages once the grid holds
-    two programs per SM, else 64-key steps with 3 (two (64, 128) K and V tiles per stage, 96
-    KiB in bf16); above D = 128, 32 keys and 2 stages. Chosen from a sweep of tiles and
-    split counts on the H200 (lab/2026-12-02-split-kv-decode/)."""
+def decode_config(head_dim: int, block_m: int, programs: int, num_sms: int) -> DecodeConfig:
+    """The decode launch for a head dim, a tile of ``block_m`` packed rows and a grid of
+    ``programs`` (B·H_kv·row blocks, before splits) on ``num_sms`` SMs. Up to D = 128:
+
+    * two programs per SM or more: 128-key steps with 2 stages;
+    * at most one program per SM and a tile of at most 16 rows (decode, L_q·G <= 16): 128-key
+      steps with 3 stages (cuDNN's decode launch: one program per (batch, kv head), 128-key
+      blocks; wider tiles spill at 128 keys);
+    * otherwise 64-key steps with 3 stages (two (64, 128) K and V tiles per stage, 96 KiB in
+      bf16).
+
+    Above D = 128, 32 keys and 2 stages. Chosen from sweeps of tiles and split counts on the
+    H200 (lab/2026-12-02-split-kv-decode/, lab/2026-12-03-decode-tma-tiles/)."""
     if head_dim > 128:
         return DecodeConfig(32, 4, 2)
-    return DecodeConfig(128, 4, 2) if programs >= 2 * num_sms else DecodeConfig(64, 4, 3)
+    if programs >= 2 * num_sms:
+        return DecodeConfig(128, 4, 2)
+    if programs <= num_sms and block_m <= 16:
+        return DecodeConfig(128, 4, 3)
+    return DecodeConfig(64, 4, 3)
 
 
 def varlen_config(head_dim: int) -> KernelConfig:
@@ -107,15 +118,18 @@ def num_kv_splits(programs: int, seqlen_k: int, block_n: int, num_sms: int) -> i
 
     ``programs`` is B·H_kv·(row blocks), the grid without splits; ``seqlen_k`` the cache's
     L_max. One program per SM: num_SMs // programs splits, at most :data:`MAX_SPLITS` and
-    cdiv(L_max, block_n); a grid of one to two programs per SM over at least
-    :data:`LONG_CACHE_KEYS` keys takes two. Fewer splits than FlashAttention's wave rule
+    cdiv(L_max, block_n). With 64-key steps, a grid of fewer than 1.5 programs per SM over at
+    least :data:`LONG_CACHE_KEYS` keys takes two (with 128-key steps, or at 1.9 programs per
+    SM, two were 4-20 % slower on the H200). Fewer splits than FlashAttention's wave rule
     (``num_splits_heuristic`` in FA2/FA3's ``flash_api.cpp``): on the H200 each split's merge
-    and cold start cost more than a wave's tail (lab/2026-12-02-split-kv-decode/). The kernel
-    divides each sequence's own key blocks between the splits.
+    and cold start cost more than a wave's tail (lab/2026-12-02-split-kv-decode/,
+    lab/2026-12-03-decode-tma-tiles/). The kernel divides each sequence's own key blocks
+    between the splits.
     """
     key_blocks = _cdiv(seqlen_k, block_n)
     splits = max(1, num_sms // programs)
-    if splits == 1 and programs < 2 * num_sms and seqlen_k >= LONG_CACHE_KEYS:
+    if (splits == 1 and block_n <= 64 and 2 * programs < 3 * num_sms
+            and seqlen_k >= LONG_CACHE_KEYS):
         splits = 2
     return max(1, min(splits, MAX_SPLITS, key_blocks))
 
@@ -383,7 +397,7 @@ def _decode_shape(q: torch.Tensor, k: torch.Tensor, num_sms: int,
     block_m = min(DECODE_MAX_BLOCK_M, block_dim(rows))
     row_blocks = _cdiv(rows, block_m)
     programs = b * h_kv * row_blocks
-    cfg = config or decode_config(d, programs, num_sms)
+    cfg = config or decode_config(d, block_m, programs, num_sms)
     return _DecodeShape(kv_group, block_m, row_blocks, block_dim(d), cfg, programs, num_sms)
 
 
