@@ -293,6 +293,39 @@ def test_regional_compile_one_graph_per_implementation_backend_baked_in(cpu_comp
         assert all(layer._compiled_call_impl is None for layer in model.model.layers)
 
 
+@pytest.mark.interpreter
+def test_each_implementation_compiles_its_own_code(cpu_compile) -> None:
+    """The layers of one implementation share one code object, each implementation its own:
+    with dynamo's recompile limit at 1, every implementation's compiled layers still run their
+    graph (counted per run) after the others compiled. Under one shared code object the
+    second implementation's layers would exceed the limit and run eagerly."""
+    import copy
+
+    base, _, _ = cpu_compile
+    runs: list[int] = []
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: object) -> object:
+        def run(*args: object) -> object:
+            runs.append(1)
+            return gm(*args)
+        return run
+
+    ids = torch.randint(0, 256, (1, 24))
+    models = {impl: copy.deepcopy(base) for impl in ("frepro", "sdpa-cudnn", "sdpa-flash")}
+    with torch._dynamo.config.patch(recompile_limit=1):
+        for impl, model in models.items():
+            measure.compile_forward(model, impl, ids, backend=counting)
+        codes = {impl: {layer._compiled_call_impl._torchdynamo_orig_callable.__code__
+                        for layer in model.model.layers} for impl, model in models.items()}
+        assert all(len(c) == 1 for c in codes.values())
+        assert len(set.union(*codes.values())) == len(models)
+        for impl, model in models.items():
+            runs.clear()
+            with torch.inference_mode():
+                build.make_forward(model, impl)(ids)
+            assert len(runs) == len(model.model.layers), impl
+
+
 def test_outer_sdpa_context_alone_is_not_guarded(cpu_compile) -> None:
     """Why compile_layers traces sdpa_kernel inside the compiled call: with the plain
     ``layer.compile()`` and the context around the call, dynamo reuses the first SDPA copy's
@@ -488,6 +521,50 @@ def test_table_shows_the_kernel_and_the_mismatch() -> None:
     notes = tables.mismatch_notes(rows)
     assert len(notes) == 1 and notes[0].startswith("compile B=16 L=1024 sdpa-flash: timed 'math'")
     assert "softmax_warp_forward" in notes[0]
+
+
+EAGER_NAMES = [n for n in OTHER_NAMES if not n.startswith("triton_")]
+
+
+def _launches(names: list[str], layers: int = 2) -> list[tuple[str, float]]:
+    """A forward's (kernel, µs) launches: ``names`` once per layer, random µs."""
+    return [(n, random.uniform(1.0, 90.0)) for _ in range(layers) for n in names]
+
+
+def test_kernel_summary_counts_inductor_launches() -> None:
+    inductor = ["triton_poi_fused__unsafe_view_mul_silu_4", "triton_red_fused_mean_0"]
+    compiled = _launches(["attn_fwd_gluon_ws_kernel", *EAGER_NAMES, *inductor], layers=3)
+    eager = _launches(["attn_fwd_gluon_ws_kernel", *EAGER_NAMES], layers=3)
+    assert classify.kernel_summary(compiled, "frepro")["inductor_launches"] == 6
+    assert classify.kernel_summary(eager, "frepro")["inductor_launches"] == 0
+
+
+@pytest.mark.parametrize("mode", ["compile", "eager"])
+def test_compile_rows_that_ran_eagerly_are_flagged(mode: str) -> None:
+    """A compile row whose profiled forward ran no inductor kernel, or for which dynamo
+    compiled no graph, is marked in the table and listed under the table; eager rows never."""
+    fused = "triton_poi_fused_mul_0"
+    extra = {"frepro": classify.kernel_summary(
+                 _launches(["attn_fwd_gluon_ws_kernel", *EAGER_NAMES]), "frepro"),
+             "sdpa-cudnn": {**classify.kernel_summary(
+                 _launches(["cudnn_generated_fort_native_sdpa_sm90", fused]), "sdpa-cudnn"),
+                 "graphs_compiled": 0},
+             "sdpa-flash": {**classify.kernel_summary(
+                 _launches(["pytorch_flash::flash_fwd_kernel", fused]), "sdpa-flash"),
+                 "graphs_compiled": 1}}
+    rows = tables.summarize(mode, build.Shape(16, 1024),
+                            {"frepro": [7.0], "sdpa-cudnn": [9.0], "sdpa-flash": [8.0]}, {},
+                            extra)
+    notes = tables.not_compiled_notes(rows)
+    text = tables.table(rows, "github")
+    if mode == "eager":
+        assert notes == [] and "NOT COMPILED" not in text
+        return
+    assert sorted(notes) == ["compile B=16 L=1024 frepro: the profiled forward ran no inductor "
+                             "kernel", "compile B=16 L=1024 sdpa-cudnn: dynamo compiled no graph"]
+    assert text.count("(NOT COMPILED)") == 2
+    part = _part("compile", ("frepro",), "2026-12-03")
+    assert "**Not compiled**" in tables.markdown({**part, "rows": rows})
 
 
 def _part(mode: str, impls: tuple[str, ...], date: str) -> dict:

@@ -101,7 +101,9 @@ def _at_least_two(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Measure (or ``--merge``), write ``model.json``, ``model.md`` and ``model.png`` and print
-    the table; returns 0, or 2 for unusable options or files. Without a GPU one line, exit 0
+    the table; returns 0, 1 when a compile row timed eager layers
+    (:func:`~flashrepro_harness.qwen3.tables.not_compiled`), or 2 for unusable options or
+    files. Without a GPU one line, exit 0
     (1 when FLASHREPRO_REQUIRE_GPU=1)."""
     if args.generate:
         return run_generate(args)
@@ -167,10 +169,13 @@ def run(args: argparse.Namespace) -> int:
     print(text)
     for note in tables.mismatch_notes(rows):
         print(f"BACKEND MISMATCH: {note}")
+    eager = tables.not_compiled_notes(rows)
+    for note in eager:
+        print(f"NOT COMPILED: {note}")
     for k, v in {**skipped, **errors}.items():
         print(f"left out: {k}: {v[:300]}")
     print(f"model: wrote {env.shown_path(out_dir)}/model.{{json,md,png}}")
-    return 0
+    return 1 if eager else 0
 
 
 def _gpu_and_transformers() -> tuple[int | None, str | None]:

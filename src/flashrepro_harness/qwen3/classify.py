@@ -33,6 +33,10 @@ softmax (``softmax_warp_forward``, ``cunn_SoftMaxForward``, inductor's
 GEMMs like the projections' and are not attributed, so a math row's attention µs are its
 softmax's alone."""
 
+INDUCTOR_PREFIX = "triton_"
+"""How inductor's generated kernels are named (``triton_{poi,per,red,tem}_fused_...``, from
+torch/_inductor/codegen/triton.py); flashrepro's own kernels are named ``attn_fwd_*``."""
+
 EXPECTED_KERNEL = {"frepro": "flashrepro", "sdpa-cudnn": "cudnn", "sdpa-flash": "flash",
                    "fa4": "fa4"}
 """The label each implementation's attention must have (frepro: any ``flashrepro-*``)."""
@@ -62,7 +66,10 @@ def kernel_summary(kernels: list[tuple[str, float]], impl: str, top: int = 5) ->
         kernel matched); ``attention_kernels``: per kernel name matched, its label, ``us``
         (GPU µs in the forward) and ``calls``; ``attention_us``; ``gpu_us`` (every kernel);
         ``top_kernels``: name, µs, calls; ``backend_mismatch``: True when the labels seen are
-        not exactly the expected one (for frepro: not only ``flashrepro-*`` labels).
+        not exactly the expected one (for frepro: not only ``flashrepro-*`` labels);
+        ``inductor_launches``: launches of kernels inductor generated (its names start with
+        ``triton_``: ``triton_poi_``, ``triton_per_``, ``triton_red_``, ``triton_tem_``), 0 in
+        a forward that ran no compiled code.
 
     Raises:
         ValueError: ``impl`` not in :data:`EXPECTED_KERNEL`.
@@ -85,7 +92,8 @@ def kernel_summary(kernels: list[tuple[str, float]], impl: str, top: int = 5) ->
     return {"attention_kernel": "+".join(labels) or "none", "attention_kernels": attention,
             "attention_us": sum(label_us.values()), "gpu_us": sum(t[1] for t in totals),
             "top_kernels": [{"name": n, "us": us, "calls": c} for n, us, c in totals[:top]],
-            "backend_mismatch": not ok}
+            "backend_mismatch": not ok,
+            "inductor_launches": sum(c for n, _, c in totals if n.startswith(INDUCTOR_PREFIX))}
 
 
 def kernel_events(events: Any) -> list[tuple[str, float]]:

@@ -3,14 +3,16 @@
 ``compile`` is regional compilation (PyTorch's "regional compilation" recipe,
 pytorch.org/tutorials/recipes/regional_compilation.html): every decoder layer
 (``model.model.layers[i]``) is compiled, the embedding, the mask construction, the final norm
-and the LM head stay eager (:func:`compile_layers`). The 28 layers share one code object, and
-with their parameters as graph inputs dynamo compiles one layer and reuses its graph for the
-other 27 (``graphs_compiled`` in each row counts the graphs). ``fullgraph=True`` first; where
-that fails the layers are compiled again with graph breaks allowed and the row says so
-(``fullgraph``, ``fullgraph_error``); ``compile_s`` is the wall time of the first forward.
-SDPA's backend is chosen when the graph is traced, and dynamo does not guard on the
-``sdpa_kernel`` state around a compiled call, so a graph traced under one backend would be
-reused silently under another (both SDPA copies run the same layer code with equal guards).
+and the LM head stay eager (:func:`compile_layers`). The 28 layers of an implementation share
+one code object (each implementation its own), and with their parameters as graph inputs
+dynamo compiles one layer and reuses its graph for the other 27 (``graphs_compiled`` in each
+row counts the graphs). ``fullgraph=True`` first; where that fails the layers are compiled
+again with graph breaks allowed and the row says so (``fullgraph``, ``fullgraph_error``);
+``compile_s`` is the wall time of the first forward. A compile row that timed eager layers is
+flagged (:func:`~flashrepro_harness.qwen3.tables.not_compiled`). SDPA's backend is chosen
+when the graph is traced, and dynamo does not guard on the ``sdpa_kernel`` state around a
+compiled call, so a graph traced under one backend would be reused silently under another
+(both SDPA copies would otherwise run one code object with equal guards).
 The ``sdpa_kernel`` context is therefore traced inside each compiled layer call (dynamo bakes
 it into the graph and guards on the backend, so each backend gets its own graph). The mask is
 built eagerly, outside the compiled layers: transformers then skips it and passes
@@ -33,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import statistics
 import time
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -47,15 +50,39 @@ Timer = Callable[[Callable[[], object], int], list[float]]
 """``timer(fn, calls)`` -> per-call times in ms."""
 
 
-def _in_backend(call: Callable[..., Any], backends: list[Any]) -> Callable[..., Any]:
-    """``call`` inside ``sdpa_kernel(backends)``: the context is traced with the call."""
+def _layer_call(call: Callable[..., Any], backends: list[Any] | None) -> Callable[..., Any]:
+    """``call``, inside ``sdpa_kernel(backends)`` unless ``backends`` is None: the context is
+    traced with the call."""
     from torch.nn.attention import sdpa_kernel
 
-    def call_in_backend(*args: Any, **kwargs: Any) -> Any:
+    def layer_call(*args: Any, **kwargs: Any) -> Any:
+        if backends is None:
+            return call(*args, **kwargs)
         with sdpa_kernel(backends):
             return call(*args, **kwargs)
 
-    return call_in_backend
+    return layer_call
+
+
+_LAYER_CODES: dict[str, types.CodeType] = {}
+
+
+def _own_code(fn: types.FunctionType, impl: str) -> types.FunctionType:
+    """``fn`` under a code object of ``impl``'s own, shared by that implementation's layers.
+
+    Dynamo keeps its compiled entries, and its recompile limit, per code object; past the
+    limit it runs that code eagerly. With one code object for every implementation
+    (``nn.Module._call_impl``, which every module call runs), one implementation's entries
+    could send another's compiled layers to eager: in a run that compiled FA4's layers (graph
+    breaks) after frepro's, frepro's compiled forwards ran aten's eager kernels, and alone
+    inductor's (lab/2026-12-03-compiled-layers-fallback/)."""
+    code = _LAYER_CODES.get(impl)
+    if code is None:
+        name = f"{fn.__code__.co_name}_{impl.replace('-', '_')}"
+        code = fn.__code__.replace(co_name=name, co_qualname=name)
+        _LAYER_CODES[impl] = code
+    return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__,
+                              fn.__closure__)
 
 
 def uncompile_layers(model: torch.nn.Module) -> None:
@@ -69,11 +96,12 @@ def compile_layers(model: torch.nn.Module, impl: str, fullgraph: bool,
     """Regional compilation: each decoder layer's call compiled, the model's own forward not.
 
     What ``layer.compile(fullgraph=...)`` does (``nn.Module.compile`` sets
-    ``_compiled_call_impl``, which ``nn.Module.__call__`` then runs), except that for an SDPA
-    implementation the compiled function is the layer's call inside ``impl``'s
-    ``sdpa_kernel`` context: dynamo traces that context into the graph (SDPAKernelVariable,
-    torch/_dynamo/variables/ctx_manager.py), so the backend is fixed at trace time and guarded,
-    whatever context surrounds the call later. Nothing is compiled until the first call.
+    ``_compiled_call_impl``, which ``nn.Module.__call__`` then runs), except that the compiled
+    function calls the layer under a code object of ``impl``'s own (:func:`_own_code`), and
+    for an SDPA implementation inside ``impl``'s ``sdpa_kernel`` context: dynamo traces that
+    context into the graph (SDPAKernelVariable, torch/_dynamo/variables/ctx_manager.py), so
+    the backend is fixed at trace time and guarded, whatever context surrounds the call later.
+    Nothing is compiled until the first call.
 
     Args:
         model: a transformers decoder model
@@ -85,7 +113,7 @@ def compile_layers(model: torch.nn.Module, impl: str, fullgraph: bool,
     backends = sdpa_backends(impl)
     for layer in decoder_layers(model):
         layer._compiled_call_impl = None
-        call = layer._call_impl if backends is None else _in_backend(layer._call_impl, backends)
+        call = _own_code(_layer_call(layer._call_impl, backends), impl)
         layer._compiled_call_impl = torch.compile(call, fullgraph=fullgraph, backend=backend)
 
 

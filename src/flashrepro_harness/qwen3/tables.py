@@ -93,7 +93,8 @@ def table(rows: list[dict[str, Any]], fmt: str) -> str:
 
     def kernel(r: dict[str, Any]) -> str:
         label = r.get("attention_kernel", "not profiled")
-        return f"{label} (MISMATCH)" if r.get("backend_mismatch") else label
+        label = f"{label} (MISMATCH)" if r.get("backend_mismatch") else label
+        return f"{label} (NOT COMPILED)" if not_compiled(r) else label
 
     ranges = ratio_round_ranges(rows)
 
@@ -109,6 +110,26 @@ def table(rows: list[dict[str, Any]], fmt: str) -> str:
                "k tokens/s", "/ best SDPA", "per-round range", "GPU busy",
                f"max |Δ logits| vs {REFERENCE}"]
     return tabulate(body, headers, tablefmt=fmt)
+
+
+def not_compiled(row: dict[str, Any]) -> str | None:
+    """Why a compile-mode row did not time compiled layers, else None: dynamo compiled no
+    graph for it, or its profiled forward ran no kernel of inductor's (dynamo ran the layers
+    eagerly, lab/2026-12-03-compiled-layers-fallback/). Rows without these fields (older
+    results) are not judged."""
+    if row.get("mode") != "compile":
+        return None
+    if row.get("graphs_compiled") == 0:
+        return "dynamo compiled no graph"
+    if row.get("inductor_launches") == 0:
+        return "the profiled forward ran no inductor kernel"
+    return None
+
+
+def not_compiled_notes(rows: list[dict[str, Any]]) -> list[str]:
+    """One line per compile-mode row that did not time compiled layers (:func:`not_compiled`)."""
+    return [f"{r['mode']} B={r['batch']} L={r['seqlen']} {r['impl']}: {why}"
+            for r in rows if (why := not_compiled(r))]
 
 
 def mismatch_notes(rows: list[dict[str, Any]]) -> list[str]:
@@ -181,9 +202,12 @@ def markdown(results: dict[str, Any]) -> str:
     rows, errors, skipped = results["rows"], results["errors"], results["skipped"]
     notes = "".join(f"\n- {k}: {v}" for k, v in {**skipped, **errors}.items())
     mismatches = "".join(f"\n- **{n}**" for n in mismatch_notes(rows))
+    eager = "".join(f"\n- **{n}**" for n in not_compiled_notes(rows))
     return (f"# Qwen3 prefill\n\n{results_caption(results)}\n\n{table(rows, 'github')}\n"
             + (f"\n**Backend mismatch** (the row timed another attention kernel than its name "
                f"says):{mismatches}\n" if mismatches else "")
+            + (f"\n**Not compiled** (a compile row that timed eager layers):{eager}\n"
+               if eager else "")
             + (f"\nLeft out:{notes}\n" if notes else ""))
 
 
