@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import torch
 
+from flashrepro import select
 from flashrepro.configs import ARTICLE, FA3_WS, P_IN_REGISTERS
 from flashrepro.validation import interpreter_mode
 from flashrepro_harness.bench import impls as K
@@ -87,7 +88,7 @@ def test_the_record_names_the_schedule_that_runs(cpu_measure: dict[str, list[flo
     """The default launch's record gives the config select() runs: a table entry with the
     dynamic schedule at 2 tiles on 132 SMs runs (and is recorded) in the snake order."""
     dynamic = dataclasses.replace(FA3_WS, dynamic_schedule=True)
-    monkeypatch.setattr(R, "default_config", lambda *args: dynamic)
+    monkeypatch.setattr(select, "default_config", lambda *args: dynamic)
     [record] = R.measure(PROBLEM, ["flashrepro"], rounds=2, calls=1)
     assert record["config"] == FA3_WS.as_dict()
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from flashrepro import select
 from flashrepro.configs import ARTICLE, NAMED, TRITON_FALLBACK, KernelConfig
 from flashrepro.validation import interpreter_mode
 from flashrepro_harness.analysis import count_model as model
@@ -233,7 +234,7 @@ def test_gluon_table_entry_off_the_wgmma_path(target: str, entry: str,
     counts as api.attention launches it off sm_90's wgmma path: the Triton kernel at
     TRITON_FALLBACK, pointer loads below sm_90, no Gluon rows (dropping only ``tma`` raised
     "overlap needs tma")."""
-    monkeypatch.setattr(sass, "default_config", lambda *args: NAMED[entry])
+    monkeypatch.setattr(select, "default_config", lambda *args: NAMED[entry])
     rows = sass._configs(target, PROBLEM)
     assert not [v for v, _, _ in rows if v.startswith("fwd_gluon")]
     assert ("fwd", dataclasses.replace(TRITON_FALLBACK, tma=target == "sm_90-mma.sync")) in [
@@ -245,7 +246,7 @@ def test_three_consumer_default_on_sm90(monkeypatch: pytest.MonkeyPatch) -> None
     at its own tiles and, beside it, the Triton kernel as api.attention runs it where the ws
     kernel cannot: at TRITON_FALLBACK (the Triton kernel has no 192-row tile, and the config
     without ``warp_specialize`` is refused), with a role that says so."""
-    monkeypatch.setattr(sass, "default_config", lambda *args: NAMED["fa3-ws3"])
+    monkeypatch.setattr(select, "default_config", lambda *args: NAMED["fa3-ws3"])
     rows = sass._configs("sm_90", PROBLEM)
     assert ("fwd_gluon_ws", NAMED["fa3-ws3"]) in [(v, c) for v, c, _ in rows]
     fwd = [(c, r) for v, c, r in rows if v == "fwd" and c != ARTICLE]
@@ -261,7 +262,7 @@ def test_dynamic_schedule_default_on_sm90(monkeypatch: pytest.MonkeyPatch, batch
     order below (the article problem, B=2: 256 tiles); and the Triton kernel at its tiles,
     without the ws-only flags."""
     dynamic = dataclasses.replace(NAMED["fa3-ws"], dynamic_schedule=True)
-    monkeypatch.setattr(sass, "default_config", lambda *args: dynamic)
+    monkeypatch.setattr(select, "default_config", lambda *args: dynamic)
     problem = dataclasses.replace(PROBLEM, batch=batch)
     rows = [(v, c) for v, c, _ in sass._configs("sm_90", problem)]
     counted = dynamic if counted_dynamic else NAMED["fa3-ws"]

@@ -187,6 +187,16 @@ def table_schedule(cfg: KernelConfig, batch_heads: int, seqlen_q: int,
     return cfg
 
 
+def default_launch(head_dim: int, causal: bool, seqlen_q: int, arch: int | None,
+                   batch_heads: int, num_sms: int) -> KernelConfig:
+    """The config :func:`select` starts from without ``config``: the tuned table's entry
+    (:func:`~flashrepro.configs.default_config` for the code arch ``arch``) with its schedule
+    for the launch (:func:`table_schedule`). Where the Gluon kernel cannot run, :func:`select`
+    then falls back to :data:`~flashrepro.configs.TRITON_FALLBACK`."""
+    return table_schedule(default_config(head_dim, causal, seqlen_q, arch), batch_heads,
+                          seqlen_q, num_sms)
+
+
 def _tma_ok(tensors: tuple[torch.Tensor, ...], lk: int, arch: int | None) -> bool:
     """Rule 3 of the module docstring."""
     if lk < 1 or (arch is not None and arch < 90):
@@ -251,7 +261,7 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     if isinstance(config, KernelConfig):
         cfg = config
     elif config is None:
-        cfg = default_config(d, causal, lq, built)
+        cfg = default_launch(d, causal, lq, built, b * h, num_sms)
     else:
         cfg = NAMED[config]
     causal_offset = lk - lq if causal_alignment == "bottom_right" else 0
@@ -267,8 +277,6 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                  and (d == 64 or not cfg.three_consumers))  # its registers hold D = 64 only
     if cfg.overlap and not use_gluon and (config is None or cfg.three_consumers):
         cfg = TRITON_FALLBACK  # the table's tiles are the Gluon kernel's
-    if config is None:
-        cfg = table_schedule(cfg, b * h, lq, num_sms)
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     snake = (causal and use_gluon and cfg.warp_specialize and not cfg.tile_grid
              and not cfg.dynamic_schedule)  # the static persistent order under a causal mask

@@ -27,9 +27,8 @@ from flashrepro.configs import (
     P_IN_REGISTERS,
     TRITON_FALLBACK,
     KernelConfig,
-    default_config,
 )
-from flashrepro.select import STAND_IN_NUM_SMS, table_schedule
+from flashrepro.select import STAND_IN_NUM_SMS, default_launch
 from flashrepro_harness.analysis import golden
 from flashrepro_harness.analysis.disasm import CLASS_NAMES, tool_versions
 from flashrepro_harness.analysis.offline_compile import TARGETS, KernelSass, KernelSpec, kernel_sass
@@ -48,9 +47,8 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     sm_90 ``fwd_gluon_ws`` always (else at :data:`~flashrepro.configs.FA3_WS`); on mma.sync
     targets ``fwd`` at :data:`~flashrepro.configs.P_IN_REGISTERS`."""
     arch = TARGETS[target].arch
-    default = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
-                             TARGETS[target].config_arch)
-    default = table_schedule(default, problem.batch * problem.heads, problem.seqlen_q,
+    default = default_launch(problem.head_dim, problem.causal, problem.seqlen_q,
+                             TARGETS[target].config_arch, problem.batch * problem.heads,
                              STAND_IN_NUM_SMS)
     if not TARGETS[target].wgmma and default.overlap:
         default = TRITON_FALLBACK  # api.attention runs Gluon on sm_90's wgmma path only

@@ -33,8 +33,8 @@ from typing import Any
 
 import torch
 
-from flashrepro.configs import MMA_V3_ARCHS, default_config, launch_arch
-from flashrepro.select import table_schedule
+from flashrepro.configs import MMA_V3_ARCHS, launch_arch
+from flashrepro.select import default_launch
 from flashrepro_harness import env
 from flashrepro_harness.bench import impls as K
 from flashrepro_harness.bench import peers
@@ -178,11 +178,10 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
             rec["ratio_vs_torch_flash"] = statistics.median(ratios)
             rec["ratio_rounds"] = ratios
         if base == "flashrepro" and name == base:
-            cfg = default_config(problem.head_dim, problem.causal, problem.seqlen_q,
-                                 launch_arch())
             sms = torch.cuda.get_device_properties("cuda").multi_processor_count
-            rec["config"] = table_schedule(  # what select() runs
-                cfg, problem.batch * problem.heads, problem.seqlen_q, sms).as_dict()
+            rec["config"] = default_launch(  # what select() runs
+                problem.head_dim, problem.causal, problem.seqlen_q, launch_arch(),
+                problem.batch * problem.heads, sms).as_dict()
         elif base in K.LAUNCHES:
             rec["config"] = K.LAUNCHES[base].as_dict()
         records.append(rec)
