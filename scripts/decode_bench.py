@@ -138,7 +138,8 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
             return_lse=False, config=config)[0]
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    chosen = launch_varlen.decode_config(D, 16, b * H_KV, sms)  # one 16-row block: G·L_q = 2
+    chosen = launch_varlen.decode_config(  # one 16-row block: G·L_q = 2
+        D, 16, b * H_KV, sms, launch_varlen._max_shared(torch.device("cuda")))
     auto = launch_varlen.num_kv_splits(b * H_KV, l_k, chosen.block_n, sms)
     outputs["flashrepro"] = frepro()
     notes["flashrepro"] = f"{auto} splits, {chosen}"

@@ -276,19 +276,51 @@ def test_split_count_gives_one_program_per_sm() -> None:
                 assert programs * splits <= max(132, 2 * programs), (programs, seqlen_k)
 
 
+H200_SHARED, SM86_SHARED = 227 * 1024, 99 * 1024
+
+
 def test_decode_tiles_follow_the_grid() -> None:
     """128-key tiles with 2 stages once the grid holds two programs per SM; 128 keys with 3
-    stages for at most one program per SM of at most 16 rows; 64-key tiles otherwise; 32 keys
-    above D = 128."""
+    stages for at most one program per SM of at most 16 rows where the GPU's shared memory
+    holds them (not sm_86/89's 99 KiB at D = 128); 64-key tiles otherwise; 32 keys above
+    D = 128."""
     cfg, config = launch_varlen.decode_config, launch_varlen.DecodeConfig
-    assert cfg(128, 16, 264, 132) == config(128, 4, 2)
-    assert cfg(128, 64, 264, 132) == config(128, 4, 2)
-    assert cfg(128, 16, 263, 132) == config(64, 4, 3)  # B=32 at H_kv=8
-    assert cfg(128, 16, 133, 132) == config(64, 4, 3)
-    assert cfg(128, 16, 132, 132) == config(128, 4, 3)  # B=16: one program per SM
-    assert cfg(64, 16, 8, 132) == config(128, 4, 3)  # B=1, split below
-    assert cfg(128, 32, 128, 132) == config(64, 4, 3)  # 32 rows spill at 128 keys
-    assert cfg(256, 16, 10_000, 132) == config(32, 4, 2)
+    assert cfg(128, 16, 264, 132, H200_SHARED) == config(128, 4, 2)
+    assert cfg(128, 64, 264, 132, H200_SHARED) == config(128, 4, 2)
+    assert cfg(128, 16, 263, 132, H200_SHARED) == config(64, 4, 3)  # B=32 at H_kv=8
+    assert cfg(128, 16, 133, 132, H200_SHARED) == config(64, 4, 3)
+    assert cfg(128, 16, 132, 132, H200_SHARED) == config(128, 4, 3)  # B=16: one per SM
+    assert cfg(64, 16, 8, 132, H200_SHARED) == config(128, 4, 3)  # B=1, split below
+    assert cfg(128, 32, 128, 132, H200_SHARED) == config(64, 4, 3)  # 32 rows spill at 128
+    assert cfg(128, 16, 128, 84, SM86_SHARED) == config(64, 4, 3)  # 136 KiB > 99 KiB
+    assert cfg(64, 16, 64, 84, SM86_SHARED) == config(128, 4, 3)  # 70 KiB at D = 64
+    assert cfg(256, 16, 10_000, 132, H200_SHARED) == config(32, 4, 2)
+
+
+@pytest.mark.parametrize(("lq", "block_m", "expected"), [
+    (1, 16, launch_varlen.DEEP_DECODE), (8, 16, launch_varlen.DEEP_DECODE),
+    (16, 32, launch_varlen.DecodeConfig(64, 4, 3)), (32, 64, launch_varlen.DecodeConfig(64, 4, 3))])
+def test_decode_shape_passes_the_tile_rows(lq: int, block_m: int,
+                                           expected: launch_varlen.DecodeConfig) -> None:
+    """The launch's own tile (G·L_q packed rows, G = 2 here) reaches decode_config: 16 rows
+    take the 128-key tile, 32 and 64 the 64-key one; and the device's shared memory does."""
+    q = torch.empty(16, 16, lq, 128, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(16, 8, 4096, 128, dtype=torch.bfloat16, device="meta")
+    shape = launch_varlen._decode_shape(q, k, 132, None, H200_SHARED)
+    assert (shape.block_m, shape.config) == (block_m, expected)
+    small = launch_varlen._decode_shape(q, k, 132, None, SM86_SHARED)
+    assert small.config == launch_varlen.DecodeConfig(64, 4, 3)
+
+
+def test_pipeline_bytes_bounds_the_compiled_kernels() -> None:
+    """pipeline_bytes at most 4 KiB above Triton 3.6's shared memory for the decode kernel at
+    16 rows, never below (lab/2026-12-03-decode-tma-tiles/resources-sm_90.txt)."""
+    config = launch_varlen.DecodeConfig
+    compiled = {(config(128, 4, 3), 128): 139264, (config(128, 4, 2), 128): 73728,
+                (config(64, 4, 3), 128): 71680, (config(128, 4, 3), 64): 71680,
+                (config(64, 4, 3), 64): 36864}
+    for (cfg, block_d), used in compiled.items():
+        assert 0 <= launch_varlen.pipeline_bytes(cfg, block_d) - used <= 4096, (cfg, block_d)
 
 
 def test_lengths_are_not_specialized() -> None:

@@ -48,8 +48,8 @@ blocks of a varlen launch)."""
 DECODE_MAX_BLOCK_M = 64
 """The largest decode tile: G·Lq packed rows beyond it take more row blocks."""
 LONG_CACHE_KEYS = 4096
-"""From this many keys in the cache a grid of 64-key programs, fewer than 1.5 per SM, splits
-the keys in two (:func:`num_kv_splits`)."""
+"""From this many keys in the cache a grid of programs with steps of at most 64 keys, fewer
+than 1.5 per SM, splits the keys in two (:func:`num_kv_splits`)."""
 MAX_SPLITS = 128
 """The most key splits :func:`num_kv_splits` picks."""
 MERGE_BLOCK_S = 16
@@ -74,16 +74,32 @@ class DecodeConfig:
     num_stages: int
 
 
-def decode_config(head_dim: int, block_m: int, programs: int, num_sms: int) -> DecodeConfig:
+DEEP_DECODE = DecodeConfig(128, 4, 3)
+"""cuDNN's decode launch shape at one program per (batch, kv head): 128-key steps, 3 stages."""
+
+
+def pipeline_bytes(cfg: DecodeConfig, block_d: int) -> int:
+    """Shared memory a decode launch takes at 16 rows in fp16/bf16, from above: the K and V
+    tiles of ``num_stages - 1`` steps in flight (Triton's software pipeline) plus 8 KiB, at
+    most 4 KiB more than Triton 3.6 allocates for the tiles :func:`decode_config` picks, on
+    sm_86 and sm_90 alike (lab/2026-12-03-decode-tma-tiles/resources-*.txt)."""
+    return 2 * (cfg.num_stages - 1) * cfg.block_n * block_d * 2 + 8192
+
+
+def decode_config(head_dim: int, block_m: int, programs: int, num_sms: int,
+                  max_shared: int) -> DecodeConfig:
     """The decode launch for a head dim, a tile of ``block_m`` packed rows and a grid of
-    ``programs`` (B·H_kv·row blocks, before splits) on ``num_sms`` SMs. Up to D = 128:
+    ``programs`` (B·H_kv·row blocks, before splits) on ``num_sms`` SMs whose blocks may take
+    ``max_shared`` bytes of shared memory. Up to D = 128:
 
     * two programs per SM or more: 128-key steps with 2 stages;
-    * at most one program per SM and a tile of at most 16 rows (decode, L_q·G <= 16): 128-key
-      steps with 3 stages (cuDNN's decode launch: one program per (batch, kv head), 128-key
-      blocks; wider tiles spill at 128 keys);
-    * otherwise 64-key steps with 3 stages (two (64, 128) K and V tiles per stage, 96 KiB in
-      bf16).
+    * at most one program per SM, a tile of at most 16 rows (decode, L_q·G <= 16) and room for
+      it (136 KiB at D = 128: the H100/H200 and A100, not sm_86/89's 99 KiB):
+      :data:`DEEP_DECODE`. Measured on the H200 at D = 128 only; at 32 and 64 rows the
+      128-key tile spills (lab/2026-12-03-decode-tma-tiles/resources-sm_90.txt) and is not
+      timed;
+    * otherwise 64-key steps with 3 stages (two (64, 128) K and V tiles per stage, 70 KiB at
+      D = 128 in bf16).
 
     Above D = 128, 32 keys and 2 stages. Chosen from sweeps of tiles and split counts on the
     H200 (lab/2026-12-02-split-kv-decode/, lab/2026-12-03-decode-tma-tiles/)."""
@@ -91,8 +107,9 @@ def decode_config(head_dim: int, block_m: int, programs: int, num_sms: int) -> D
         return DecodeConfig(32, 4, 2)
     if programs >= 2 * num_sms:
         return DecodeConfig(128, 4, 2)
-    if programs <= num_sms and block_m <= 16:
-        return DecodeConfig(128, 4, 3)
+    if (programs <= num_sms and block_m <= 16
+            and pipeline_bytes(DEEP_DECODE, block_dim(head_dim)) <= max_shared):
+        return DEEP_DECODE
     return DecodeConfig(64, 4, 3)
 
 
@@ -118,9 +135,11 @@ def num_kv_splits(programs: int, seqlen_k: int, block_n: int, num_sms: int) -> i
 
     ``programs`` is B·H_kv·(row blocks), the grid without splits; ``seqlen_k`` the cache's
     L_max. One program per SM: num_SMs // programs splits, at most :data:`MAX_SPLITS` and
-    cdiv(L_max, block_n). With 64-key steps, a grid of fewer than 1.5 programs per SM over at
-    least :data:`LONG_CACHE_KEYS` keys takes two (with 128-key steps, or at 1.9 programs per
-    SM, two were 4-20 % slower on the H200). Fewer splits than FlashAttention's wave rule
+    cdiv(L_max, block_n). With steps of at most 64 keys, a grid of fewer than 1.5 programs per
+    SM over at least :data:`LONG_CACHE_KEYS` keys takes two. On the H200 at D = 128, two
+    splits were 1-30 % slower with 128-key steps (B=10, 12, 16 at H_kv=8) and 12-19 % slower
+    at 1.9 programs per SM (B=32), 0-1 % faster at 1.45 (B=24); the 1.5 lies between those
+    two measured grids. Fewer splits than FlashAttention's wave rule
     (``num_splits_heuristic`` in FA2/FA3's ``flash_api.cpp``): on the H200 each split's merge
     and cold start cost more than a wave's tail (lab/2026-12-02-split-kv-decode/,
     lab/2026-12-03-decode-tma-tiles/). The kernel divides each sequence's own key blocks
@@ -138,6 +157,21 @@ def num_kv_splits(programs: int, seqlen_k: int, block_n: int, num_sms: int) -> i
 def _num_sms(device: torch.device) -> int:
     """The SM count :func:`num_kv_splits` divides (the stand-in off a GPU)."""
     return _gpu_facts(device)["num_sms"]
+
+
+STAND_IN_MAX_SHARED = 227 * 1024
+"""Shared memory per block off a GPU (the interpreter): the H100's and H200's."""
+
+
+@functools.cache
+def _max_shared(device: torch.device) -> int:
+    """The shared memory a block of ``device`` may opt into (:func:`decode_config`): 227 KiB on
+    the H100/H200, 163 on the A100, 99 on sm_86/89 (torch's ``shared_memory_per_block_optin``,
+    the documented 48 KiB where a torch build lacks it)."""
+    if device.type != "cuda":
+        return STAND_IN_MAX_SHARED
+    props = torch.cuda.get_device_properties(device)
+    return int(getattr(props, "shared_memory_per_block_optin", 48 * 1024))
 
 
 # -- input rules --
@@ -389,7 +423,10 @@ def _disjoint(out: torch.Tensor, *tensors: torch.Tensor) -> bool:
 
 
 def _decode_shape(q: torch.Tensor, k: torch.Tensor, num_sms: int,
-                  config: DecodeConfig | None) -> _DecodeShape:
+                  config: DecodeConfig | None, max_shared: int = STAND_IN_MAX_SHARED
+                  ) -> _DecodeShape:
+    """The packed-row tiling of a kvcache call and its launch config (``config``, else
+    :func:`decode_config`'s for ``num_sms`` SMs of ``max_shared`` bytes per block)."""
     b, h, lq, d = q.shape
     h_kv = k.shape[1]
     kv_group = h // h_kv
@@ -397,7 +434,7 @@ def _decode_shape(q: torch.Tensor, k: torch.Tensor, num_sms: int,
     block_m = min(DECODE_MAX_BLOCK_M, block_dim(rows))
     row_blocks = _cdiv(rows, block_m)
     programs = b * h_kv * row_blocks
-    cfg = config or decode_config(d, block_m, programs, num_sms)
+    cfg = config or decode_config(d, block_m, programs, num_sms, max_shared)
     return _DecodeShape(kv_group, block_m, row_blocks, block_dim(d), cfg, programs, num_sms)
 
 
@@ -434,7 +471,8 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if key is not None and config is None and k.shape[1] and q.shape[2]:
             if len(_CHECKED_KVCACHE) >= MAX_PLANS:
                 _CHECKED_KVCACHE.clear()
-            _CHECKED_KVCACHE[key] = _decode_shape(q, k, _num_sms(q.device), None)
+            _CHECKED_KVCACHE[key] = _decode_shape(q, k, _num_sms(q.device), None,
+                                                      _max_shared(q.device))
     elif out is not None:
         o = out
     else:
@@ -450,7 +488,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             lse.fill_(float("-inf"))
         return o, lse
     if shape is None or config is not None:
-        shape = _decode_shape(q, k, _num_sms(q.device), config)
+        shape = _decode_shape(q, k, _num_sms(q.device), config, _max_shared(q.device))
     cfg, block_d = shape.config, shape.block_d
     splits = num_splits or num_kv_splits(shape.programs, l_max, cfg.block_n, shape.num_sms)
     kst = k.stride()
