@@ -636,6 +636,25 @@ def test_merge_of_a_malformed_file_names_it(tmp_path: Path, breakage: str,
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("inductor_launches", [0, 28])
+def test_merge_exits_1_on_a_row_that_ran_eagerly(tmp_path: Path, inductor_launches: int,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """``model --merge`` writes the merged table and, like a measuring run, exits 1 when a
+    compile row is flagged as not compiled."""
+    from flashrepro_harness.cli import main
+
+    eager, compiled = _part("eager", ("frepro",), "d1"), _part("compile", ("frepro",), "d2")
+    compiled["rows"][0]["inductor_launches"] = inductor_launches
+    paths = [tmp_path / "eager.json", tmp_path / "compile.json"]
+    for path, part in zip(paths, (eager, compiled), strict=True):
+        path.write_text(json.dumps(part))
+    code = main(["model", "--merge", *map(str, paths), "--out", str(tmp_path / "out")])
+    assert code == (0 if inductor_launches else 1)
+    assert ("NOT COMPILED: compile B=1 L=1024 frepro" in capsys.readouterr().out) is (
+        not inductor_launches)
+    assert list((tmp_path / "out").rglob("model.md"))
+
+
 def test_committed_model_md_is_the_table_of_model_json() -> None:
     """reproduce/results/<gpu>/model.md is generated from the model.json beside it: a change
     to the table's code or to the results shows here until both are regenerated."""

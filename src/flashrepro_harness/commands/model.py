@@ -101,9 +101,9 @@ def _at_least_two(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """Measure (or ``--merge``), write ``model.json``, ``model.md`` and ``model.png`` and print
-    the table; returns 0, 1 when a compile row timed eager layers
-    (:func:`~flashrepro_harness.qwen3.tables.not_compiled`), or 2 for unusable options or
-    files. Without a GPU one line, exit 0
+    the table; returns 0, 1 when a compile row (measured or merged) is flagged as not
+    compiled (:func:`~flashrepro_harness.qwen3.tables.not_compiled`), or 2 for unusable
+    options or files. Without a GPU one line, exit 0
     (1 when FLASHREPRO_REQUIRE_GPU=1)."""
     if args.generate:
         return run_generate(args)
@@ -126,8 +126,11 @@ def run(args: argparse.Namespace) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         tables.write_results(out_dir, merged)
         print(tables.table(merged["rows"], "simple"))
+        eager = tables.not_compiled_notes(merged["rows"])
+        for note in eager:
+            print(f"NOT COMPILED: {note}")
         print(f"model: wrote {env.shown_path(out_dir)}/model.{{json,md,png}}")
-        return 0
+        return 1 if eager else 0
     try:
         shape_list = build.shapes(args.lengths, args.tokens, args.short)
     except ValueError as exc:

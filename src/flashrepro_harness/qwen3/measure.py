@@ -79,7 +79,10 @@ def _own_code(fn: types.FunctionType, impl: str) -> types.FunctionType:
     code = _LAYER_CODES.get(impl)
     if code is None:
         name = f"{fn.__code__.co_name}_{impl.replace('-', '_')}"
-        code = fn.__code__.replace(co_name=name, co_qualname=name)
+        names = {"co_name": name}
+        if hasattr(fn.__code__, "co_qualname"):  # Python >= 3.11
+            names["co_qualname"] = name
+        code = fn.__code__.replace(**names)
         _LAYER_CODES[impl] = code
     return types.FunctionType(code, fn.__globals__, code.co_name, fn.__defaults__,
                               fn.__closure__)
@@ -201,8 +204,8 @@ def max_abs_diff(a: torch.Tensor, b: torch.Tensor, chunk: int = 1024) -> float:
 
 @contextlib.contextmanager
 def recompile_room(limit: int = 64) -> Iterator[None]:
-    """Raise dynamo's per-code-object recompile limit (every implementation compiles the one
-    decoder-layer code object, and graph breaks add entries)."""
+    """Raise dynamo's per-code-object recompile limit: each implementation's layers share one
+    code object (:func:`_own_code`), whose entries grow with every shape and graph break."""
     cfg = torch._dynamo.config
     attr = "recompile_limit" if hasattr(cfg, "recompile_limit") else "cache_size_limit"
     old = getattr(cfg, attr)

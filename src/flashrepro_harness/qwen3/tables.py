@@ -113,10 +113,11 @@ def table(rows: list[dict[str, Any]], fmt: str) -> str:
 
 
 def not_compiled(row: dict[str, Any]) -> str | None:
-    """Why a compile-mode row did not time compiled layers, else None: dynamo compiled no
-    graph for it, or its profiled forward ran no kernel of inductor's (dynamo ran the layers
-    eagerly, lab/2026-12-03-compiled-layers-fallback/). Rows without these fields (older
-    results) are not judged."""
+    """Why a compile-mode row is not known to have run compiled layers, else None: dynamo
+    compiled no graph for it, or the forward profiled for it (compiled again, as in the timing
+    pass, after the timing) ran no kernel of inductor's: dynamo ran the layers eagerly
+    (lab/2026-12-03-compiled-layers-fallback/). Rows without these fields (older results) are
+    not judged."""
     if row.get("mode") != "compile":
         return None
     if row.get("graphs_compiled") == 0:
@@ -206,7 +207,7 @@ def markdown(results: dict[str, Any]) -> str:
     return (f"# Qwen3 prefill\n\n{results_caption(results)}\n\n{table(rows, 'github')}\n"
             + (f"\n**Backend mismatch** (the row timed another attention kernel than its name "
                f"says):{mismatches}\n" if mismatches else "")
-            + (f"\n**Not compiled** (a compile row that timed eager layers):{eager}\n"
+            + (f"\n**Not compiled** (a compile row whose layers ran eagerly):{eager}\n"
                if eager else "")
             + (f"\nLeft out:{notes}\n" if notes else ""))
 
