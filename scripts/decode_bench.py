@@ -137,10 +137,10 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
             q, k, v, used, causal=True, scale=None, enable_gqa=True, num_splits=num_splits,
             return_lse=False, config=config)[0]
 
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    chosen = launch_varlen.decode_config(  # one 16-row block: G·L_q = 2
-        D, 16, b * H_KV, sms, launch_varlen._max_shared(torch.device("cuda")))
-    auto = launch_varlen.num_kv_splits(b * H_KV, l_k, chosen.block_n, sms)
+    shape = launch_varlen._decode_shape(q, k, launch_varlen._num_sms(q.device), None,
+                                        launch_varlen._max_shared(q.device))  # the library's
+    chosen = shape.config
+    auto = launch_varlen.num_kv_splits(shape.programs, l_k, chosen.block_n, shape.num_sms)
     outputs["flashrepro"] = frepro()
     notes["flashrepro"] = f"{auto} splits, {chosen}"
     for s in splits:

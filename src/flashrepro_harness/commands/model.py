@@ -126,11 +126,9 @@ def run(args: argparse.Namespace) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
         tables.write_results(out_dir, merged)
         print(tables.table(merged["rows"], "simple"))
-        eager = tables.not_compiled_notes(merged["rows"])
-        for note in eager:
-            print(f"NOT COMPILED: {note}")
+        code = _report_not_compiled(merged["rows"])
         print(f"model: wrote {env.shown_path(out_dir)}/model.{{json,md,png}}")
-        return 1 if eager else 0
+        return code
     try:
         shape_list = build.shapes(args.lengths, args.tokens, args.short)
     except ValueError as exc:
@@ -172,13 +170,21 @@ def run(args: argparse.Namespace) -> int:
     print(text)
     for note in tables.mismatch_notes(rows):
         print(f"BACKEND MISMATCH: {note}")
-    eager = tables.not_compiled_notes(rows)
-    for note in eager:
-        print(f"NOT COMPILED: {note}")
+    code = _report_not_compiled(rows)
     for k, v in {**skipped, **errors}.items():
         print(f"left out: {k}: {v[:300]}")
     print(f"model: wrote {env.shown_path(out_dir)}/model.{{json,md,png}}")
-    return 1 if eager else 0
+    return code
+
+
+def _report_not_compiled(rows: list[dict[str, Any]]) -> int:
+    """Print a line per compile row flagged as not compiled; the exit code: 1 if any, else 0."""
+    from flashrepro_harness.qwen3 import tables
+
+    notes = tables.not_compiled_notes(rows)
+    for note in notes:
+        print(f"NOT COMPILED: {note}")
+    return 1 if notes else 0
 
 
 def _gpu_and_transformers() -> tuple[int | None, str | None]:
