@@ -44,6 +44,8 @@ H, H_KV, D, DTYPE = 16, 8, 128, torch.bfloat16
 FLUSH_BYTES = 256 * 2**20
 SLEEP_CYCLES = 2_000_000  # ~1 ms busy-wait: longer than any call's host work
 COPY_BYTES = 2**30
+FULL_CACHE = "flashrepro full cache"
+"""The row of ``seqused_k=None``: every sequence holds the whole cache, as SDPA's calls here."""
 
 
 class Timer:
@@ -132,9 +134,9 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
     skipped: dict[str, str] = {}
     outputs: dict[str, Callable[[], torch.Tensor]] = {}
 
-    def frepro(num_splits=None, config=None):
+    def frepro(num_splits=None, config=None, seqused_k=used):
         return lambda: launch_varlen.kvcache_forward(
-            q, k, v, used, causal=True, scale=None, enable_gqa=True, num_splits=num_splits,
+            q, k, v, seqused_k, causal=True, scale=None, enable_gqa=True, num_splits=num_splits,
             return_lse=False, config=config)[0]
 
     shape = launch_varlen._decode_shape(q, k, launch_varlen._num_sms(q.device), None,
@@ -142,7 +144,9 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
     chosen = shape.config
     auto = launch_varlen.num_kv_splits(shape.programs, l_k, chosen.block_n, shape.num_sms)
     outputs["flashrepro"] = frepro()
-    notes["flashrepro"] = f"{auto} splits, {chosen}"
+    notes["flashrepro"] = f"{auto} splits, {chosen}, seqused_k"
+    outputs[FULL_CACHE] = frepro(seqused_k=None)
+    notes[FULL_CACHE] = f"{auto} splits, {chosen}, no seqused_k (every key valid)"
     for s in splits:
         outputs[f"flashrepro splits={s}"] = frepro(num_splits=s)
     for label in configs:  # BLOCK_NxWARPSxSTAGES, optionally /SPLITS
@@ -264,13 +268,14 @@ def main(argv: list[str] | None = None) -> int:
                                      "% copy", "max err", "note"], tablefmt="github")
     grid = []
     for b in batches:
-        row = [b]
-        for l_k in lengths:
-            mine = [r for r in records if r["batch"] == b and r["l_k"] == l_k
-                    and r["kernel"] == "flashrepro" and "skipped" not in r]
-            row.append(f"{mine[0]['ratio_to_best_peer']:.2f}" if mine else "")
-        grid.append(row)
-    summary = tabulate(grid, headers=["B", *(f"L_k={l_k}" for l_k in lengths)],
+        for kernel in ("flashrepro", FULL_CACHE):
+            row = [b, kernel]
+            for l_k in lengths:
+                mine = [r for r in records if r["batch"] == b and r["l_k"] == l_k
+                        and r["kernel"] == kernel and "skipped" not in r]
+                row.append(f"{mine[0]['ratio_to_best_peer']:.2f}" if mine else "")
+            grid.append(row)
+    summary = tabulate(grid, headers=["B", "kernel", *(f"L_k={l_k}" for l_k in lengths)],
                        tablefmt="github")
     skips = "\n".join(f"- B={r['batch']} L_k={r['l_k']} {r['kernel']}: {r['skipped']}"
                       for r in records if "skipped" in r)

@@ -56,10 +56,14 @@ def make_cache(b: int, h: int, h_kv: int, lq: int, l_max: int, d: int, dtype: to
 
 
 def check_kvcache(q, k, v, seqused: list[int], *, causal: bool, scale: float | None = None,
-                  num_splits: int | None = None, out: torch.Tensor | None = None) -> None:
+                  num_splits: int | None = None, out: torch.Tensor | None = None,
+                  full_cache: bool = False) -> None:
     """Run attention_kvcache with poisoned allocations (and a NaN ``out``) and assert parity
-    of o and lse."""
+    of o and lse. ``full_cache``: every length is L_max, passed as ``seqused_k=None``."""
     used = torch.tensor(seqused, dtype=torch.int32, device=q.device)
+    if full_cache:
+        assert set(seqused) == {k.shape[2]}, seqused
+        used = None
     if out is not None:
         out.fill_(float("nan"))
     with poisoned_allocations():
@@ -89,6 +93,18 @@ def test_interpreter_parity(h: int, h_kv: int, lq: int, causal: bool,
     seqused = [70, 2, 65, 0]
     q, k, v = make_cache(4, h, h_kv, lq, 70, 40, torch.float16, torch.device("cpu"), seqused)
     check_kvcache(q, k, v, seqused, causal=causal, num_splits=num_splits)
+
+
+@pytest.mark.interpreter
+@pytest.mark.parametrize("num_splits", [None, 1, 3])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("h,h_kv,lq", [(16, 8, 1), (4, 1, 9), (3, 3, 3)])
+def test_interpreter_full_cache(h: int, h_kv: int, lq: int, causal: bool,
+                                num_splits: int | None) -> None:
+    """``seqused_k=None``: every sequence holds all L_max = 70 keys (a ragged last block;
+    3 splits)."""
+    q, k, v = make_cache(2, h, h_kv, lq, 70, 40, torch.float16, torch.device("cpu"), [70, 70])
+    check_kvcache(q, k, v, [70, 70], causal=causal, num_splits=num_splits, full_cache=True)
 
 
 @pytest.mark.interpreter
@@ -345,6 +361,8 @@ def test_opcheck(num_splits: int | None, device: torch.device) -> None:
     q, k, v, used, _ = _case(device)
     torch.library.opcheck(ops.attention_kvcache, (q, k, v, used, True, None, True, num_splits))
     torch.library.opcheck(ops.attention_kvcache, (q, k, v, used, False, 0.2, True, None))
+    q, k, v, _, _ = _case(device, (24, 24, 24))  # whole caches: no NaN past a length
+    torch.library.opcheck(ops.attention_kvcache, (q, k, v, None, True, None, True, num_splits))
 
 
 def test_fake_refuses_bad_input(device: torch.device) -> None:
@@ -411,6 +429,30 @@ def test_gpu_parity(h: int, h_kv: int, d: int, lq: int, causal: bool, dtype: tor
     seqused = random_lengths(6, 1000, generator)
     q, k, v = make_cache(6, h, h_kv, lq, 1000, d, dtype, torch.device("cuda"), seqused)
     check_kvcache(q, k, v, seqused, causal=causal, num_splits=num_splits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("lq", [1, 16])
+@pytest.mark.parametrize("h,h_kv,d", [(16, 8, 128), (4, 1, 64)])
+@pytest.mark.parametrize("num_splits", [None, 5])
+def test_gpu_full_cache_parity(h: int, h_kv: int, d: int, lq: int, causal: bool,
+                               dtype: torch.dtype, num_splits: int | None) -> None:
+    """``seqused_k=None`` (the kernel reads no length) at L_max = 1000."""
+    q, k, v = make_cache(6, h, h_kv, lq, 1000, d, dtype, torch.device("cuda"), [1000] * 6)
+    check_kvcache(q, k, v, [1000] * 6, causal=causal, num_splits=num_splits, full_cache=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("l_max", [1024, 32768])
+@pytest.mark.parametrize("b", [1, 16, 64])
+def test_gpu_qwen3_full_cache(b: int, l_max: int) -> None:
+    """Qwen3's decode over whole caches, ``seqused_k=None``: the launch
+    :func:`flashrepro.integrations.transformers.attention_forward` takes for a DynamicCache."""
+    q, k, v = make_cache(b, 16, 8, 1, l_max, 128, torch.bfloat16, torch.device("cuda"),
+                         [l_max] * b)
+    check_kvcache(q, k, v, [l_max] * b, causal=True, full_cache=True)
 
 
 @pytest.mark.gpu

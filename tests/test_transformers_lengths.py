@@ -47,12 +47,18 @@ def _sim_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: b
     return torch.empty((b, lq, h, d), dtype=q.dtype).transpose(1, 2).copy_(o), None
 
 
-def _sim_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqused_k: torch.Tensor, *,
-                 causal: bool, scale: float | None, enable_gqa: bool,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
-    assert seqused_k.dtype == torch.int32 and seqused_k.shape == (q.shape[0],)
+def _sim_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                 seqused_k: torch.Tensor | None, *, causal: bool, scale: float | None,
+                 enable_gqa: bool, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``flashrepro.attention_kvcache``'s contract in float32: row b over its first
+    ``seqused_k[b]`` keys (every key where ``seqused_k`` is None)."""
+    if seqused_k is None:
+        lengths = [k.shape[2]] * q.shape[0]
+    else:
+        assert seqused_k.dtype == torch.int32 and seqused_k.shape == (q.shape[0],)
+        lengths = seqused_k.tolist()
     o = torch.full(q.shape, float("nan"), dtype=q.dtype)
-    for b, used in enumerate(seqused_k.tolist()):
+    for b, used in enumerate(lengths):
         used = min(max(used, 0), k.shape[2])
         o[b] = reference_attention(q[b:b + 1], k[b:b + 1, :, :used], v[b:b + 1, :, :used],
                                    causal=causal, scale=scale, bottom_right=True)[0][0]
@@ -60,7 +66,7 @@ def _sim_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqused_k: t
 
 
 def _sim_kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                         seqused_k: torch.Tensor, *, causal: bool, scale: float | None,
+                         seqused_k: torch.Tensor | None, *, causal: bool, scale: float | None,
                          enable_gqa: bool, num_splits: None, return_lse: bool,
                          bshd: bool) -> tuple[torch.Tensor, None]:
     """``launch_varlen.kvcache_forward`` as the integration calls it: the output born
@@ -263,21 +269,20 @@ def test_broken_rows_are_refused_on_the_host_and_poisoned_on_the_device(
 
 
 def test_mask_descriptors() -> None:
-    """What :func:`mask` returns: None or :class:`UsedKeys` without padding (by L_q), a
+    """What :func:`mask` returns: None without padding (at any L_q), a
     :class:`KeyPrefix` for a static cache's prefill read on the host, :class:`UsedKeys` on the
     device for its decode, :class:`KeySpans` for padding (``broken`` None when checked on the
     host, a tensor when not); a mask column past the keys is no padding, a missing one is."""
     assert fr_tf.mask(2, q_length=20, kv_length=20) is None
-    used = fr_tf.mask(2, q_length=1, kv_length=9, q_offset=8)
-    assert isinstance(used, ks.UsedKeys) and used.used.tolist() == [9, 9]
+    assert fr_tf.mask(2, q_length=1, kv_length=9, q_offset=8) is None
+    assert fr_tf.mask(2, q_length=1, kv_length=9, q_offset=7) == ks.KeyPrefix(8)
     assert fr_tf.mask(2, q_length=20, kv_length=64, q_offset=torch.tensor(4)) == ks.KeyPrefix(24)
     used = fr_tf.mask(2, q_length=3, kv_length=64, q_offset=torch.tensor(7))
     assert isinstance(used, ks.UsedKeys) and used.used.tolist() == [10, 10]
     ones = torch.ones(2, 14, dtype=torch.bool)
     trailing = ones.clone()
     trailing[:, 12:] = False  # columns of no key: kv_length 12 from kv_offset 0
-    trail = fr_tf.mask(2, q_length=4, kv_length=12, q_offset=8, attention_mask=trailing)
-    assert isinstance(trail, ks.UsedKeys) and trail.used.tolist() == [12, 12]
+    assert fr_tf.mask(2, q_length=4, kv_length=12, q_offset=8, attention_mask=trailing) is None
     short = fr_tf.mask(2, q_length=4, kv_length=12, q_offset=8, attention_mask=ones[:, :10])
     assert isinstance(short, ks.KeySpans) and short.broken is None
     assert short.end.tolist() == [10, 10] and short.query_start.tolist() == [8, 8]
@@ -296,9 +301,8 @@ def test_bidirectional_masks_need_no_alignment() -> None:
     ones = torch.ones(2, 12, dtype=torch.bool)
     assert fr_tf.mask(2, q_length=20, kv_length=12, mask_function=bidirectional_mask_function,
                       attention_mask=ones) is None
-    used = fr_tf.mask(2, q_length=1, kv_length=12, q_offset=5,
-                      mask_function=bidirectional_mask_function, attention_mask=ones)
-    assert isinstance(used, ks.UsedKeys) and used.used.tolist() == [12, 12]
+    assert fr_tf.mask(2, q_length=1, kv_length=12, q_offset=5,
+                      mask_function=bidirectional_mask_function, attention_mask=ones) is None
     ones[0, 9:] = False
     spans = fr_tf.mask(2, q_length=7, kv_length=12, q_offset=3,
                        mask_function=bidirectional_mask_function, attention_mask=ones)

@@ -25,7 +25,7 @@ def attention_kvcache(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    seqused_k: torch.Tensor,
+    seqused_k: torch.Tensor | None = None,
     *,
     causal: bool = False,
     scale: float | None = None,
@@ -60,7 +60,9 @@ def attention_kvcache(
             copies.
         seqused_k: (B,) int32 on q's device: the valid keys of each sequence. Values are not
             checked on the host (that would be a sync): the kernel clamps each into
-            [0, L_max]. 0 keys give o = 0 and lse = -inf.
+            [0, L_max]. 0 keys give o = 0 and lse = -inf. None (FlashAttention's
+            ``cache_seqlens=None``): every sequence holds all L_max keys; the kernel then
+            starts loading keys without first reading a length from memory.
         causal: query row i sees key j iff ``j <= i + seqused_k[b] - Lq`` (aligned to the
             sequence's last valid key, as FlashAttention's ``flash_attn_with_kvcache``); rows
             with ``i < Lq - seqused_k[b]`` see no key (o = 0, lse = -inf). Without it every

@@ -235,7 +235,8 @@ def validate_kvcache(q: object, k: object, v: object, seqused_k: object, *, caus
              causal=causal)
     assert isinstance(q, torch.Tensor) and isinstance(k, torch.Tensor)
     _check_flag("return_lse", return_lse)
-    check_lengths("seqused_k", seqused_k, q.shape[0], "(B,)", q.device)
+    if seqused_k is not None:
+        check_lengths("seqused_k", seqused_k, q.shape[0], "(B,)", q.device)
     check_num_splits(num_splits)
     h, lq, h_kv = q.shape[1], q.shape[2], k.shape[1]
     rows = (h // h_kv if h_kv else 0) * lq
@@ -326,7 +327,7 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
     negation bit or have no sizes)."""
     tensor = torch.Tensor
     if not (type(q) is tensor and type(k) is tensor and type(v) is tensor
-            and type(seqused_k) is tensor and causal.__class__ is bool
+            and (seqused_k is None or type(seqused_k) is tensor) and causal.__class__ is bool
             and enable_gqa.__class__ is bool and return_lse.__class__ is bool
             and (scale is None or scale.__class__ in (float, int))
             and (num_splits is None or num_splits.__class__ is int)
@@ -340,14 +341,18 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
     if forward_ad_active():  # an input may carry a tangent: the full checks refuse it
         return None
     if (q.layout is not _STRIDED or k.layout is not _STRIDED or v.layout is not _STRIDED
-            or seqused_k.layout is not _STRIDED or q.is_neg() or k.is_neg() or v.is_neg()
-            or seqused_k.is_neg()):
+            or q.is_neg() or k.is_neg() or v.is_neg()):
         return None
+    if seqused_k is None:
+        used = None
+    elif seqused_k.layout is not _STRIDED or seqused_k.is_neg():
+        return None
+    else:
+        used = (seqused_k.shape, seqused_k.dtype, seqused_k.device)
     try:
         key = (q.shape, q.stride(), q.dtype, q.device, k.shape[:2], k.shape[3:], k.dtype,
-               k.device, v.shape[:2], v.shape[3:], v.dtype, v.device, seqused_k.shape,
-               seqused_k.dtype, seqused_k.device, causal, scale, scale.__class__, enable_gqa,
-               num_splits, return_lse, _mma_v3_switch())
+               k.device, v.shape[:2], v.shape[3:], v.dtype, v.device, used, causal, scale,
+               scale.__class__, enable_gqa, num_splits, return_lse, _mma_v3_switch())
         if out is None:
             return key
         if out.layout is not _STRIDED or out.is_neg():
@@ -439,7 +444,7 @@ def _decode_shape(q: torch.Tensor, k: torch.Tensor, num_sms: int,
 
 
 def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                    seqused_k: torch.Tensor, *, causal: bool, scale: float | None,
+                    seqused_k: torch.Tensor | None, *, causal: bool, scale: float | None,
                     enable_gqa: bool, num_splits: int | None, return_lse: bool,
                     out: torch.Tensor | None = None, config: DecodeConfig | None = None,
                     bshd: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -499,9 +504,9 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         # seqused_k's layout too (the kernel gets a contiguous copy of a strided one).
         plan_key = (key, splits, int_class(l_max), int_class(kst[0]), int_class(kst[1]),
                     int_class(kst[2]), int_class(kst[3]), kst == v.stride(),
-                    seqused_k.is_contiguous(), q.data_ptr() & 15 == 0,
-                    k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0, o.data_ptr() & 15 == 0,
-                    seqused_k.data_ptr() & 15 == 0)
+                    q.data_ptr() & 15 == 0, k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0,
+                    o.data_ptr() & 15 == 0, None if seqused_k is None else (
+                        seqused_k.is_contiguous(), seqused_k.data_ptr() & 15 == 0))
         plan = _DECODE_PLANS.get(plan_key)
         # fits_int32(k, (2, block_n), (3, block_d)), unrolled
         if plan is not None and (l_max <= 1 or kst[2] >= INT32_LIMIT
@@ -520,7 +525,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if q_kernel is not q or o_kernel is not o:
         plan_key = None
     sm_scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
-    seqused = seqused_k.contiguous()
+    seqused = seqused_k.contiguous() if seqused_k is not None else q_kernel  # never touched
     h_kv = k.shape[1]
     grid = (b * h_kv, shape.row_blocks, splits)
     parts_numel = b * h * lq * splits * (d + 1) if splits > 1 else 0
@@ -536,7 +541,8 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         h_kv, shape.kv_group, lq, l_max, splits, sm_scale * LOG2_E), dict(
         HEAD_DIM=d, BLOCK_D=block_d, BLOCK_M=shape.block_m, BLOCK_N=cfg.block_n,
         CAUSAL=causal, SPLIT=splits > 1, STORE_LSE=lse is not None,
-        MERGE_S=MERGE_BLOCK_S, MERGE_R=max(1, MERGE_ELEMENTS // (MERGE_BLOCK_S * block_d)),
+        HAS_SEQUSED=seqused_k is not None, MERGE_S=MERGE_BLOCK_S,
+        MERGE_R=max(1, MERGE_ELEMENTS // (MERGE_BLOCK_S * block_d)),
         num_warps=cfg.num_warps, num_stages=cfg.num_stages))
     decode = launch(decode_call, _IO, (_mma_v3_switch(),))
     if o_kernel is not o:
@@ -558,13 +564,13 @@ def _bshd(q: torch.Tensor) -> torch.Tensor:
 
 
 def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                 seqused_k: torch.Tensor, o: torch.Tensor, lse: torch.Tensor | None,
+                 seqused_k: torch.Tensor | None, o: torch.Tensor, lse: torch.Tensor | None,
                  kst: tuple[int, ...], l_max: int) -> None:
     """Run ``plan`` on a call of its key (checked by :func:`kvcache_forward`)."""
     tail = list(plan.tail)
     tail[_K_STRIDES] = kst
     tail[_L_MAX] = l_max
-    seqused_k = seqused_k.contiguous()
+    seqused_k = seqused_k.contiguous() if seqused_k is not None else q  # never touched
     if plan.parts:
         parts = torch.empty(plan.parts, dtype=torch.float32, device=q.device)
         locks = stream_counters(q.device, plan.locks)

@@ -137,7 +137,7 @@ attention_bshd = torch.ops.flashrepro.attention_bshd.default
 # Defined like the ops above; both always return the LSE (for a CUDA-graph pool, no buffer
 # of its own), and take their length tensors without reading them.
 
-_LIB.define("attention_kvcache(Tensor q, Tensor k, Tensor v, Tensor seqused_k, bool causal, "
+_LIB.define("attention_kvcache(Tensor q, Tensor k, Tensor v, Tensor? seqused_k, bool causal, "
             "float? scale, bool enable_gqa, int? num_splits) -> (Tensor, Tensor)")
 _LIB.define("attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
             "Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k, bool causal, "
@@ -145,7 +145,7 @@ _LIB.define("attention_varlen(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q,
 
 
 def _attention_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       seqused_k: torch.Tensor, causal: bool, scale: float | None,
+                       seqused_k: torch.Tensor | None, causal: bool, scale: float | None,
                        enable_gqa: bool, num_splits: int | None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse) of :func:`flashrepro.attention_kvcache`: o (B, H, Lq, D) contiguous, lse
@@ -157,9 +157,10 @@ def _attention_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     return o, lse
 
 
-def _fake_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, seqused_k: torch.Tensor,
-                  causal: bool, scale: float | None, enable_gqa: bool,
-                  num_splits: int | None) -> tuple[torch.Tensor, torch.Tensor]:
+def _fake_kvcache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                  seqused_k: torch.Tensor | None, causal: bool, scale: float | None,
+                  enable_gqa: bool, num_splits: int | None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     launch_varlen.validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale,
                                    enable_gqa=enable_gqa, num_splits=num_splits,
                                    return_lse=True)
@@ -197,6 +198,6 @@ torch.library.register_fake("flashrepro::attention_kvcache", _fake_kvcache, lib=
 torch.library.register_fake("flashrepro::attention_varlen", _fake_varlen, lib=_LIB)
 
 attention_kvcache = torch.ops.flashrepro.attention_kvcache.default
-"""``torch.ops.flashrepro.attention_kvcache``: (o, lse) over a KV cache with ``seqused_k``."""
+"""``torch.ops.flashrepro.attention_kvcache``: (o, lse) over a KV cache, ``seqused_k`` or full."""
 attention_varlen = torch.ops.flashrepro.attention_varlen.default
 """``torch.ops.flashrepro.attention_varlen``: (o, lse) over packed sequences."""

@@ -123,12 +123,14 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
     (:mod:`flashrepro.integrations.key_spans`), which the model passes to every layer's
     :func:`attention_forward` as its ``attention_mask``.
 
-    Returns None for L_q > 16 when every key is valid and the queries are the last keys (or
-    the pattern is bidirectional): the kernels' ``causal`` flag is the mask;
-    :class:`~flashrepro.integrations.key_spans.KeyPrefix` for a static cache's prefill read on
-    the host; :class:`~flashrepro.integrations.key_spans.UsedKeys` when each row's valid keys
-    are a prefix ending at its last query (no padding at L_q <= 16, or a static cache not read
-    on the host); :class:`~flashrepro.integrations.key_spans.KeySpans` for padding;
+    Returns None when every key is valid and the queries are the last keys (or the pattern is
+    bidirectional): the kernels' ``causal`` flag is the mask, and the decode kernel reads the
+    whole cache at L_q <= 16 (no length to load first);
+    :class:`~flashrepro.integrations.key_spans.KeyPrefix` when every row's valid keys are the
+    same prefix, known on the host (a static cache's prefill read on the host);
+    :class:`~flashrepro.integrations.key_spans.UsedKeys` when each row's valid keys are a
+    prefix ending at its last query, known on the device only (a static cache not read on
+    the host); :class:`~flashrepro.integrations.key_spans.KeySpans` for padding;
     :class:`~flashrepro.integrations.key_spans.Packed` for transformers' packed-sequence term.
     When the mask is read on the host and when not: the module docstring.
 
@@ -185,9 +187,7 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
         used = (q_offset + q_length - kv_offset).to(device=device, dtype=torch.int32)
         # contiguous once per forward, not in each layer's launch
         return UsedKeys(used.reshape(1).expand(batch_size).contiguous())
-    if q_length > KVCACHE_MAX_LQ:
-        return None if end == kv_length else KeyPrefix(end)
-    return UsedKeys(torch.full((batch_size,), end, dtype=torch.int32, device=device))
+    return None if end == kv_length else KeyPrefix(end)
 
 
 def _rows(flags: list[int]) -> list[int]:
@@ -290,6 +290,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         key, value = key[:, :, :descriptor.length], value[:, :, :descriptor.length]
         descriptor = None
     if descriptor is None:
+        if query.shape[2] <= KVCACHE_MAX_LQ:  # every key valid: no seqused_k
+            return _kvcache(query, key, value, None, causal, scale, gqa), None
         return _dense(query, key, value, causal and query.shape[2] > 1, scale, gqa), None
     if isinstance(descriptor, UsedKeys):
         if query.shape[2] <= KVCACHE_MAX_LQ:
@@ -320,9 +322,11 @@ def traced_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
                               None).transpose(1, 2)
 
 
-def _kvcache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, used: torch.Tensor,
-             causal: bool, scale: float | None, gqa: bool) -> torch.Tensor:
-    """:func:`flashrepro.attention_kvcache` with ``seqused_k=used``, output (B, L_q, H, D)."""
+def _kvcache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+             used: torch.Tensor | None, causal: bool, scale: float | None,
+             gqa: bool) -> torch.Tensor:
+    """:func:`flashrepro.attention_kvcache` with ``seqused_k=used`` (None: every key),
+    output (B, L_q, H, D)."""
     if needs_operator(query, key, value, used):
         return flashrepro.attention_kvcache(query, key, value, used, causal=causal, scale=scale,
                                             enable_gqa=gqa).transpose(1, 2)

@@ -101,14 +101,16 @@ def decode_fwd_kernel(
     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
     CAUSAL: tl.constexpr, SPLIT: tl.constexpr, STORE_LSE: tl.constexpr,
-    MERGE_S: tl.constexpr, MERGE_R: tl.constexpr,
+    HAS_SEQUSED: tl.constexpr, MERGE_S: tl.constexpr, MERGE_R: tl.constexpr,
 ):
     """Grid: (B·H_kv, cdiv(G·Lq, BLOCK_M), num_splits).
 
     Q is (B, H, Lq, HEAD_DIM); K and V are caches (B, H_kv, L_max, HEAD_DIM) with equal
-    strides; SEQUSED_K (B,) int32, each value clamped to [0, L_max]. O (B, H, Lq, HEAD_DIM)
-    gets the output in its dtype, LSE (B, H, Lq) float32 the natural-log log-sum-exp when
-    STORE_LSE (otherwise any pointer, never touched). ``qk_scale`` is sm_scale·log2(e).
+    strides; SEQUSED_K (B,) int32, each value clamped to [0, L_max], when HAS_SEQUSED (else
+    every sequence holds L_max keys and SEQUSED_K is any pointer, never touched). O
+    (B, H, Lq, HEAD_DIM) gets the output in its dtype, LSE (B, H, Lq) float32 the natural-log
+    log-sum-exp when STORE_LSE (otherwise any pointer, never touched). ``qk_scale`` is
+    sm_scale·log2(e).
 
     SPLIT (num_splits > 1): PARTS is float32 scratch of B·H·Lq·num_splits·(HEAD_DIM + 1)
     elements, each split's outputs then its LSEs, in packed-row order; LOCKS holds one int32
@@ -122,8 +124,12 @@ def decode_fwd_kernel(
     off_hkv = off_bh % num_heads_kv
 
     # -- this split's share of the sequence's key blocks: [lo, hi) --
-    seqlen_k = tl.load(SEQUSED_K + off_b)
-    seqlen_k = tl.minimum(tl.maximum(seqlen_k, 0), max_seqlen_k)
+    if HAS_SEQUSED:
+        # The first K/V loads wait for this one: a full cache (no SEQUSED_K) starts them at once.
+        seqlen_k = tl.load(SEQUSED_K + off_b)
+        seqlen_k = tl.minimum(tl.maximum(seqlen_k, 0), max_seqlen_k)
+    else:
+        seqlen_k = max_seqlen_k
     blocks_per_split = tl.cdiv(tl.cdiv(seqlen_k, BLOCK_N), num_splits)
     lo = split * blocks_per_split * BLOCK_N
     hi = tl.minimum(lo + blocks_per_split * BLOCK_N, seqlen_k)
