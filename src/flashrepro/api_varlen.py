@@ -61,8 +61,7 @@ def attention_kvcache(
         seqused_k: (B,) int32 on q's device: the valid keys of each sequence. Values are not
             checked on the host (that would be a sync): the kernel clamps each into
             [0, L_max]. 0 keys give o = 0 and lse = -inf. None (FlashAttention's
-            ``cache_seqlens=None``): every sequence holds all L_max keys; the kernel then
-            starts loading keys without first reading a length from memory.
+            ``cache_seqlens=None``): every sequence holds all L_max keys.
         causal: query row i sees key j iff ``j <= i + seqused_k[b] - Lq`` (aligned to the
             sequence's last valid key, as FlashAttention's ``flash_attn_with_kvcache``); rows
             with ``i < Lq - seqused_k[b]`` see no key (o = 0, lse = -inf). Without it every

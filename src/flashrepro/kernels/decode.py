@@ -125,7 +125,6 @@ def decode_fwd_kernel(
 
     # -- this split's share of the sequence's key blocks: [lo, hi) --
     if HAS_SEQUSED:
-        # The first K/V loads wait for this one: a full cache (no SEQUSED_K) starts them at once.
         seqlen_k = tl.load(SEQUSED_K + off_b)
         seqlen_k = tl.minimum(tl.maximum(seqlen_k, 0), max_seqlen_k)
     else:
