@@ -69,13 +69,14 @@ def _sim_kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                          seqused_k: torch.Tensor | None, *, causal: bool, scale: float | None,
                          enable_gqa: bool, num_splits: None, return_lse: bool,
                          bshd: bool) -> tuple[torch.Tensor, None]:
-    """``launch_varlen.kvcache_forward`` as the integration calls it: the output born
-    (B, L_q, H, D)."""
+    """``launch_varlen.kvcache_forward`` as the integration calls it: the output a
+    (B, L_q, H, D) tensor."""
     assert bshd and num_splits is None and not return_lse
     b, h, lq, d = q.shape
-    out = torch.empty((b, lq, h, d), dtype=q.dtype).transpose(1, 2)
-    return _sim_kvcache(q, k, v, seqused_k, causal=causal, scale=scale,
-                        enable_gqa=enable_gqa, out=out), None
+    out = torch.empty((b, lq, h, d), dtype=q.dtype)
+    _sim_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
+                 out=out.transpose(1, 2))
+    return out, None
 
 
 def _sim_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_q: torch.Tensor,

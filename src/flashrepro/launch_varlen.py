@@ -317,8 +317,8 @@ def _lse_dummy(device: torch.device) -> torch.Tensor:
 
 
 def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scale: Any,
-                       enable_gqa: Any, num_splits: Any, return_lse: Any,
-                       out: Any) -> tuple[Any, ...] | None:
+                       enable_gqa: Any, num_splits: Any, return_lse: Any, out: Any,
+                       bshd: bool = False) -> tuple[Any, ...] | None:
     """The key of a checked :func:`kvcache_forward` call: every property of its arguments that
     :func:`validate_kvcache` and :func:`~flashrepro.validation.check_out` read, except the
     caches' length L_max (so a cache that grows by a token per call keeps its key) and the
@@ -350,16 +350,19 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
     else:
         used = (seqused_k.shape, seqused_k.dtype, seqused_k.device)
     try:
-        key = (q.shape, q.stride(), q.dtype, q.device, k.shape[:2], k.shape[3:], k.dtype,
-               k.device, v.shape[:2], v.shape[3:], v.dtype, v.device, used, causal, scale,
-               scale.__class__, enable_gqa, num_splits, return_lse, _mma_v3_switch())
+        # unpacked, not sliced: a slice of a torch.Size costs a new Size per call
+        kb, kh, _, kd = k.shape
+        vb, vh, _, vd = v.shape
+        key = (q.shape, q.stride(), q.dtype, q.device, kb, kh, kd, k.dtype, k.device, vb, vh,
+               vd, v.dtype, v.device, used, causal, scale, scale.__class__, enable_gqa,
+               num_splits, return_lse, bshd, _mma_v3_switch())
         if out is None:
             return key
         if out.layout is not _STRIDED or out.is_neg():
             return None
         return (*key, out.shape, out.stride(), out.dtype, out.device)
-    except RuntimeError:  # no sizes or storage (a nested tensor): validation names the rule
-        return None
+    except (RuntimeError, ValueError):  # no sizes (a nested tensor), or k or v not 4-D:
+        return None  # validation names the rule
 
 
 @dataclass(frozen=True)
@@ -451,9 +454,8 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     """:func:`flashrepro.attention_kvcache`'s eager call: validate, launch the decode kernel
     (one launch: with more than one split it merges the parts itself), return (o, lse or
     None). ``config`` replaces :func:`decode_config`'s choice (for tuning). ``bshd`` (with
-    ``out`` None): o is born (B, Lq, H, D) in memory and returned as its (B, H, Lq, D) view,
-    the layout transformers' attention functions return, without the checks an ``out``
-    takes.
+    ``out`` None): o is returned as a new contiguous (B, Lq, H, D) tensor, the layout
+    transformers' attention functions return, without the checks an ``out`` takes.
 
     Host cost (a decode step calls this once per layer). A call whose
     :func:`_kvcache_signature` passed the checks before skips them (only k's and v's lengths
@@ -464,34 +466,36 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     (transformers' DynamicCache: new shape and strides each time) still launches from its plan.
     Other calls launch through :func:`flashrepro.direct.launch`, which makes the plan."""
     key = _kvcache_signature(q, k, v, seqused_k, causal, scale, enable_gqa, num_splits,
-                             return_lse, out)
-    if key is not None and bshd:
-        key = (*key, bshd)
+                             return_lse, out, bshd)
     shape = _CHECKED_KVCACHE.get(key) if key is not None else None
+    o: torch.Tensor | None  # (B, H, Lq, D): made for the full launch only where bshd
     if (shape is None or k.shape[2] != v.shape[2]
             or (out is not None and out.numel() and not _disjoint(out, q, k, v))):
         validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
                          num_splits=num_splits, return_lse=return_lse)
-        o = check_out(out, q, q=q, k=k, v=v) if out is not None or not bshd else _bshd(q)
+        result = check_out(out, q, q=q, k=k, v=v) if out is not None or not bshd else _bshd(q)
         if key is not None and config is None and k.shape[1] and q.shape[2]:
             if len(_CHECKED_KVCACHE) >= MAX_PLANS:
                 _CHECKED_KVCACHE.clear()
             _CHECKED_KVCACHE[key] = _decode_shape(q, k, _num_sms(q.device), None,
                                                       _max_shared(q.device))
+        o = result.transpose(1, 2) if bshd and out is None else result
     elif out is not None:
-        o = out
+        o = result = out
+    elif bshd:
+        o, result = None, _bshd(q)
     else:
-        o = _bshd(q) if bshd else torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        o = result = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     if out is not None:
         increment_version(out)
     b, h, lq, d = q.shape
     l_max = k.shape[2]
     lse = torch.empty((b, h, lq), dtype=torch.float32, device=q.device) if return_lse else None
-    if o.numel() == 0 or l_max == 0:  # nothing to compute, or no key for any row
-        o.zero_()
+    if result.numel() == 0 or l_max == 0:  # nothing to compute, or no key for any row
+        result.zero_()
         if lse is not None:
             lse.fill_(float("-inf"))
-        return o, lse
+        return result, lse
     if shape is None or config is not None:
         shape = _decode_shape(q, k, _num_sms(q.device), config, _max_shared(q.device))
     cfg, block_d = shape.config, shape.block_d
@@ -505,15 +509,17 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         plan_key = (key, splits, int_class(l_max), int_class(kst[0]), int_class(kst[1]),
                     int_class(kst[2]), int_class(kst[3]), kst == v.stride(),
                     q.data_ptr() & 15 == 0, k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0,
-                    o.data_ptr() & 15 == 0, None if seqused_k is None else (
+                    result.data_ptr() & 15 == 0, None if seqused_k is None else (
                         seqused_k.is_contiguous(), seqused_k.data_ptr() & 15 == 0))
         plan = _DECODE_PLANS.get(plan_key)
         # fits_int32(k, (2, block_n), (3, block_d)), unrolled
         if plan is not None and (l_max <= 1 or kst[2] >= INT32_LIMIT
                                  or kst[2] * cfg.block_n < INT32_LIMIT) and (
                 d <= 1 or kst[3] >= INT32_LIMIT or kst[3] * block_d < INT32_LIMIT):
-            _launch_plan(plan, q, k, v, seqused_k, o, lse, kst, l_max)
-            return o, lse
+            _launch_plan(plan, q, k, v, seqused_k, result, lse, kst, l_max)
+            return result, lse
+    if o is None:
+        o = result.transpose(1, 2)
     # Head-dim offsets are int32, and K and V share one set of int32 tile offsets.
     q_kernel = q if fits_int32(q, (3, block_d)) else q.contiguous()
     o_kernel = (o if fits_int32(o, (3, block_d))
@@ -554,19 +560,21 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         assert values is not None
         _DECODE_PLANS[plan_key] = _DecodePlan(decode, grid, tuple(values[_IO:]), parts_numel,
                                               grid[0] * grid[1])
-    return o, lse
+    return result, lse
 
 
 def _bshd(q: torch.Tensor) -> torch.Tensor:
-    """An output for q: (B, H, Lq, D), laid out (B, Lq, H, D) in memory."""
+    """An output for q (B, H, Lq, D), as a contiguous (B, Lq, H, D) tensor."""
     b, h, lq, d = q.shape
-    return torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device).transpose(1, 2)
+    return torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device)
 
 
 def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                  seqused_k: torch.Tensor | None, o: torch.Tensor, lse: torch.Tensor | None,
                  kst: tuple[int, ...], l_max: int) -> None:
-    """Run ``plan`` on a call of its key (checked by :func:`kvcache_forward`)."""
+    """Run ``plan`` on a call of its key (checked by :func:`kvcache_forward`). Only the
+    tensors' addresses go in: ``o`` may be any tensor at the output's address (the (B, Lq, H,
+    D) tensor of a ``bshd`` call)."""
     tail = list(plan.tail)
     tail[_K_STRIDES] = kst
     tail[_L_MAX] = l_max

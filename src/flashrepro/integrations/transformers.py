@@ -334,7 +334,7 @@ def _kvcache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     o, _ = launch_varlen.kvcache_forward(query, key, value, used, causal=causal, scale=scale,
                                          enable_gqa=gqa, num_splits=None, return_lse=False,
                                          bshd=True)
-    return o.transpose(1, 2)
+    return o
 
 
 _MEMO: dict[tuple[Any, ...], tuple[torch.Tensor, Any]] = {}
