@@ -89,6 +89,7 @@ def random_call(rng: random.Random, family: dict[str, Any]) -> tuple[tuple, dict
     k = tensor((b, h_kv, l_max, d), layout)
     v = k if layout.random() < 0.2 else tensor((b, h_kv, l_max, d), layout)
     used = layout.choice([
+        None,  # the whole cache
         torch.full((b,), l_max, dtype=torch.int32),
         torch.full((b + 1,), l_max, dtype=torch.int32)[1:],
         torch.full((2 * b,), l_max, dtype=torch.int32)[::2]])

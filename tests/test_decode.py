@@ -247,6 +247,7 @@ def test_return_lse_false_returns_the_output_alone(device: torch.device) -> None
     (dict(seqused_k="int64"), TypeError, "seqused_k must have dtype int32"),
     (dict(seqused_k="shape"), ValueError, r"seqused_k must have shape \(B,\)"),
     (dict(seqused_k="meta"), ValueError, "seqused_k must be on q's device"),
+    (dict(seqused_k="nested"), TypeError, "seqused_k must not be a nested tensor"),
     (dict(num_splits=0), ValueError, "num_splits must be in 1..65535"),
     (dict(num_splits=True), TypeError, "num_splits must be None or an int"),
     (dict(num_splits=2.0), TypeError, "num_splits must be None or an int"),
@@ -257,17 +258,44 @@ def test_return_lse_false_returns_the_output_alone(device: torch.device) -> None
 ])
 def test_bad_input_is_refused_by_name(bad: dict, error: type, match: str,
                                       device: torch.device) -> None:
+    """Refused by name, also after a whole-cache call (``seqused_k`` None) of the same
+    shapes: its checked signature must not let a bad ``seqused_k`` through."""
     q, k, v = make_cache(2, 4, 2, 1, 16, 16, torch.float16, device, [16, 16])
+    flashrepro.attention_kvcache(q, k, v, None, causal=True, enable_gqa=True)
     args = dict(seqused_k=torch.tensor([16, 5], dtype=torch.int32, device=device),
                 causal=True, enable_gqa=True)
     args.update(bad)
     used = args.pop("seqused_k")
     if isinstance(used, str):
+        one = torch.tensor([16], dtype=torch.int32, device=device)
         used = {"int64": torch.tensor([16, 5], device=device),
                 "shape": torch.tensor([16, 5, 1], dtype=torch.int32, device=device),
-                "meta": torch.empty(2, dtype=torch.int32, device="meta")}[used]
+                "meta": torch.empty(2, dtype=torch.int32, device="meta"),
+                "nested": torch.nested.nested_tensor([one, one])}[used]
     with pytest.raises(error, match=match):
         flashrepro.attention_kvcache(q, k, v, used, **args)
+
+
+@pytest.mark.parametrize("seqused", [None, "tensor"])
+def test_whole_cache_launch_reads_no_lengths(seqused: str | None, device: torch.device,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """``seqused_k`` None launches the kernel with HAS_SEQUSED off and no int32 lengths in
+    its SEQUSED_K slot; a tensor with it on and that tensor's data there. (A whole-cache call
+    turned into a full-length ``seqused_k`` would pass every parity test.)"""
+    calls: list = []
+    monkeypatch.setattr(launch_varlen, "launch",
+                        lambda call, *args: calls.append(call))  # recorded, never run
+    q, k, v = make_cache(2, 4, 2, 1, 16, 16, torch.float16, device, [16, 16])
+    used = None if seqused is None else torch.tensor([16, 7], dtype=torch.int32, device=device)
+    launch_varlen.kvcache_forward(q, k, v, used, causal=True, scale=None, enable_gqa=True,
+                                  num_splits=None, return_lse=False)
+    (call,) = calls
+    slot = call.args[launch_varlen._PARAMS.index("SEQUSED_K")]
+    assert call.kwargs["HAS_SEQUSED"] is (used is not None)
+    if used is None:
+        assert slot.dtype != torch.int32
+    else:
+        assert slot.data_ptr() == used.data_ptr()
 
 
 def test_split_count_gives_one_program_per_sm() -> None:

@@ -222,6 +222,44 @@ def test_integration_traces_fullgraph(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_traced_dynamic_length_is_one_graph_across_decode_sizes() -> None:
+    """A model traced with a dynamic sequence length and no cache (transformers then adds its
+    packed-sequence term: ``position_ids`` are set) runs the prefill kernels at every L_q,
+    so one graph serves lengths on both sides of the decode kernel's 16 rows, and
+    ``torch.export`` keeps a dynamic length that spans them (fp16; the graph runs the kernels
+    under Triton's interpreter on the CPU)."""
+    torch._dynamo.reset()
+    graphs: list[torch.fx.GraphModule] = []
+
+    def capture(gm: torch.fx.GraphModule, example_inputs: list) -> torch.fx.GraphModule:
+        graphs.append(gm)
+        return gm
+
+    model = build(tiny_config(num_hidden_layers=1), fresh_seed(), torch.device("cpu"),
+                  fr_tf.NAME).half()
+    compiled = torch.compile(lambda x: model(x, use_cache=False).logits, fullgraph=True,
+                             dynamic=True, backend=capture)
+    with torch.inference_mode():
+        for length in (20, 24, 8, 12):
+            compiled(torch.randint(0, 128, (2, length)))
+    assert len(graphs) == 1
+
+    class Logits(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.model(x, use_cache=False).logits
+
+    length = torch.export.Dim("length", min=2, max=64)
+    with torch.no_grad():
+        program = torch.export.export(Logits(), (torch.randint(0, 128, (2, 20)),),
+                                      dynamic_shapes={"x": {1: length}})
+    ranges = [(int(r.lower), int(r.upper)) for r in program.range_constraints.values()]
+    assert (2, 64) in ranges, ranges
+
+
 def test_compiled_model_calls_the_sequence_major_op_and_copies_nothing(device: torch.device
                                                                        ) -> None:
     """Under torch.compile the integration calls ``flashrepro::attention_bshd``, whose output

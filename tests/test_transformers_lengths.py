@@ -198,8 +198,9 @@ def test_padded_logits_equal_sdpa_with_simulated_kernels(simulated_kernels: None
 @pytest.mark.parametrize("cache", ["dynamic", "static"])
 def test_unpadded_chunks_equal_sdpa_with_simulated_kernels(simulated_kernels: None,
                                                            cache: str) -> None:
-    """No attention_mask at all (equal-length prompts): the decode steps read the cache through
-    ``seqused_k``; a static cache's unwritten slots are never read."""
+    """No attention_mask at all (equal-length prompts): the decode steps read a dynamic cache
+    whole (``seqused_k`` None) and a static one through ``seqused_k``; a static cache's
+    unwritten slots are never read."""
     seed = fresh_seed()
     rng = random.Random(seed)
     model = build(tiny_config(), seed, torch.device("cpu"), "sdpa")

@@ -65,7 +65,8 @@ def attention_kvcache(
         causal: query row i sees key j iff ``j <= i + seqused_k[b] - Lq`` (aligned to the
             sequence's last valid key, as FlashAttention's ``flash_attn_with_kvcache``); rows
             with ``i < Lq - seqused_k[b]`` see no key (o = 0, lse = -inf). Without it every
-            row sees keys ``0 .. seqused_k[b] - 1``.
+            row sees keys ``0 .. seqused_k[b] - 1``. ``seqused_k[b]`` reads L_max where
+            ``seqused_k`` is None.
         scale: softmax scale, default 1/sqrt(D); the rules of :func:`flashrepro.attention`.
         enable_gqa: allow H to be a multiple of H_kv (query head h reads key/value head
             h // (H / H_kv)), as SDPA's ``enable_gqa``.

@@ -224,8 +224,8 @@ def validate_kvcache(q: object, k: object, v: object, seqused_k: object, *, caus
                      return_lse: object) -> None:
     """The rules of :func:`flashrepro.attention_kvcache`, in order: q, k, v, ``causal``,
     ``enable_gqa`` and ``scale`` as :func:`flashrepro.validation.validate` (k and v are the
-    caches, (B, H_kv, L_max, D)); ``return_lse`` a bool (TypeError); ``seqused_k`` as
-    :func:`check_lengths`, shape (B,); ``num_splits`` None or an int (TypeError) in
+    caches, (B, H_kv, L_max, D)); ``return_lse`` a bool (TypeError); ``seqused_k`` None or
+    as :func:`check_lengths`, shape (B,); ``num_splits`` None or an int (TypeError) in
     1..65535 (ValueError); cdiv(G·Lq, 64) <= 65535 row blocks, G = H / H_kv (ValueError).
 
     Raises:
@@ -343,13 +343,11 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
     if (q.layout is not _STRIDED or k.layout is not _STRIDED or v.layout is not _STRIDED
             or q.is_neg() or k.is_neg() or v.is_neg()):
         return None
-    if seqused_k is None:
-        used = None
-    elif seqused_k.layout is not _STRIDED or seqused_k.is_neg():
+    if seqused_k is not None and (seqused_k.layout is not _STRIDED or seqused_k.is_neg()):
         return None
-    else:
-        used = (seqused_k.shape, seqused_k.dtype, seqused_k.device)
     try:
+        used = None if seqused_k is None else (seqused_k.shape, seqused_k.dtype,
+                                               seqused_k.device)
         # unpacked, not sliced: a slice of a torch.Size costs a new Size per call
         kb, kh, _, kd = k.shape
         vb, vh, _, vd = v.shape

@@ -40,7 +40,8 @@ class KeyPrefix(NamedTuple):
 
 class UsedKeys(NamedTuple):
     """Keys ``0 .. used[b] - 1`` of row b are valid and (causal) the queries are the last of
-    them: ``used`` (B,) int32 on the device (a cache without padding, static or dynamic)."""
+    them: ``used`` (B,) int32 on the device (a static cache without padding, not read on the
+    host)."""
 
     used: torch.Tensor
 

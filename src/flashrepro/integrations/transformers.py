@@ -285,7 +285,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                                 "sequences given only by position_ids (restarting within a "
                                 "row) are not supported under tracing; pass cu_seq_lens_q/k "
                                 "and max_length_q/k (FlashAttentionKwargs)")
-        descriptor = None
+        # the prefill kernels at any L_q: choosing by L_q would guard a dynamic length
+        return _dense(query, key, value, causal and query.shape[2] > 1, scale, gqa), None
     if isinstance(descriptor, KeyPrefix):
         key, value = key[:, :, :descriptor.length], value[:, :, :descriptor.length]
         descriptor = None
