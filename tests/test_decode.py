@@ -285,6 +285,9 @@ def test_whole_cache_launch_reads_no_lengths(seqused: str | None, device: torch.
     calls: list = []
     monkeypatch.setattr(launch_varlen, "launch",
                         lambda call, *args: calls.append(call))  # recorded, never run
+    # no checked signature or plan of an earlier test: this call takes the full path
+    monkeypatch.setattr(launch_varlen, "_CHECKED_KVCACHE", {})
+    monkeypatch.setattr(launch_varlen, "_DECODE_PLANS", {})
     q, k, v = make_cache(2, 4, 2, 1, 16, 16, torch.float16, device, [16, 16])
     used = None if seqused is None else torch.tensor([16, 7], dtype=torch.int32, device=device)
     launch_varlen.kvcache_forward(q, k, v, used, causal=True, scale=None, enable_gqa=True,

@@ -222,12 +222,12 @@ def test_integration_traces_fullgraph(monkeypatch: pytest.MonkeyPatch) -> None:
     torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
-def test_traced_dynamic_length_is_one_graph_across_decode_sizes() -> None:
+def test_traced_dynamic_length_is_one_graph_across_decode_sizes(device: torch.device) -> None:
     """A model traced with a dynamic sequence length and no cache (transformers then adds its
     packed-sequence term: ``position_ids`` are set) runs the prefill kernels at every L_q,
     so one graph serves lengths on both sides of the decode kernel's 16 rows, and
-    ``torch.export`` keeps a dynamic length that spans them (fp16; the graph runs the kernels
-    under Triton's interpreter on the CPU)."""
+    ``torch.export`` keeps a dynamic length that spans them (fp16; on the CPU the graph runs
+    the kernels under Triton's interpreter)."""
     torch._dynamo.reset()
     graphs: list[torch.fx.GraphModule] = []
 
@@ -235,13 +235,12 @@ def test_traced_dynamic_length_is_one_graph_across_decode_sizes() -> None:
         graphs.append(gm)
         return gm
 
-    model = build(tiny_config(num_hidden_layers=1), fresh_seed(), torch.device("cpu"),
-                  fr_tf.NAME).half()
+    model = build(tiny_config(num_hidden_layers=1), fresh_seed(), device, fr_tf.NAME).half()
     compiled = torch.compile(lambda x: model(x, use_cache=False).logits, fullgraph=True,
                              dynamic=True, backend=capture)
     with torch.inference_mode():
         for length in (20, 24, 8, 12):
-            compiled(torch.randint(0, 128, (2, length)))
+            compiled(torch.randint(0, 128, (2, length), device=device))
     assert len(graphs) == 1
 
     class Logits(torch.nn.Module):
@@ -254,7 +253,7 @@ def test_traced_dynamic_length_is_one_graph_across_decode_sizes() -> None:
 
     length = torch.export.Dim("length", min=2, max=64)
     with torch.no_grad():
-        program = torch.export.export(Logits(), (torch.randint(0, 128, (2, 20)),),
+        program = torch.export.export(Logits(), (torch.randint(0, 128, (2, 20), device=device),),
                                       dynamic_shapes={"x": {1: length}})
     ranges = [(int(r.lower), int(r.upper)) for r in program.range_constraints.values()]
     assert (2, 64) in ranges, ranges
