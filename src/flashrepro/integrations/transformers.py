@@ -124,8 +124,8 @@ def mask(batch_size: int, q_length: int, kv_length: int, q_offset: int | torch.T
     :func:`attention_forward` as its ``attention_mask``.
 
     Returns None when every key is valid and the queries are the last keys (or the pattern is
-    bidirectional): the kernels' ``causal`` flag is the mask, and the decode kernel reads the
-    whole cache at L_q <= 16 (no length to load first);
+    bidirectional): the kernels' ``causal`` flag is the mask, and at L_q <= 16 the decode
+    kernel reads the whole cache;
     :class:`~flashrepro.integrations.key_spans.KeyPrefix` when every row's valid keys are the
     same prefix, known on the host (a static cache's prefill read on the host);
     :class:`~flashrepro.integrations.key_spans.UsedKeys` when each row's valid keys are a
