@@ -139,8 +139,7 @@ def build_kernels(b: int, l_k: int, fa4: tuple, splits: list[int], configs: list
             q, k, v, seqused_k, causal=True, scale=None, enable_gqa=True, num_splits=num_splits,
             return_lse=False, config=config)[0]
 
-    shape = launch_varlen._decode_shape(q, k, launch_varlen._num_sms(q.device), None,
-                                        launch_varlen._max_shared(q.device))  # the library's
+    shape = launch_varlen._decode_shape(q, k)  # the library's launch for this device
     chosen = shape.config
     auto = launch_varlen.num_kv_splits(shape.programs, l_k, chosen.block_n, shape.num_sms)
     outputs["flashrepro"] = frepro()

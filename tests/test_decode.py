@@ -353,9 +353,9 @@ def test_decode_shape_passes_the_tile_rows(lq: int, block_m: int,
     take the 128-key tile, 32 and 64 the 64-key one; and the device's shared memory does."""
     q = torch.empty(16, 16, lq, 128, dtype=torch.bfloat16, device="meta")
     k = torch.empty(16, 8, 4096, 128, dtype=torch.bfloat16, device="meta")
-    shape = launch_varlen._decode_shape(q, k, 132, None, H200_SHARED)
+    shape = launch_varlen._decode_shape(q, k, num_sms=132, max_shared=H200_SHARED)
     assert (shape.block_m, shape.config) == (block_m, expected)
-    small = launch_varlen._decode_shape(q, k, 132, None, SM86_SHARED)
+    small = launch_varlen._decode_shape(q, k, num_sms=132, max_shared=SM86_SHARED)
     assert small.config == launch_varlen.DecodeConfig(64, 4, 3)
 
 

@@ -428,11 +428,15 @@ def _disjoint(out: torch.Tensor, *tensors: torch.Tensor) -> bool:
     return True
 
 
-def _decode_shape(q: torch.Tensor, k: torch.Tensor, num_sms: int,
-                  config: DecodeConfig | None, max_shared: int = STAND_IN_MAX_SHARED
-                  ) -> _DecodeShape:
+def _decode_shape(q: torch.Tensor, k: torch.Tensor, config: DecodeConfig | None = None, *,
+                  num_sms: int | None = None, max_shared: int | None = None) -> _DecodeShape:
     """The packed-row tiling of a kvcache call and its launch config (``config``, else
-    :func:`decode_config`'s for ``num_sms`` SMs of ``max_shared`` bytes per block)."""
+    :func:`decode_config`'s for ``num_sms`` SMs of ``max_shared`` bytes per block; None:
+    q's device's, :func:`_num_sms` and :func:`_max_shared`)."""
+    if num_sms is None:
+        num_sms = _num_sms(q.device)
+    if max_shared is None:
+        max_shared = _max_shared(q.device)
     b, h, lq, d = q.shape
     h_kv = k.shape[1]
     kv_group = h // h_kv
@@ -475,8 +479,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if key is not None and config is None and k.shape[1] and q.shape[2]:
             if len(_CHECKED_KVCACHE) >= MAX_PLANS:
                 _CHECKED_KVCACHE.clear()
-            _CHECKED_KVCACHE[key] = _decode_shape(q, k, _num_sms(q.device), None,
-                                                      _max_shared(q.device))
+            _CHECKED_KVCACHE[key] = _decode_shape(q, k)
         o = result.transpose(1, 2) if bshd and out is None else result
     elif out is not None:
         o = result = out
@@ -495,7 +498,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
             lse.fill_(float("-inf"))
         return result, lse
     if shape is None or config is not None:
-        shape = _decode_shape(q, k, _num_sms(q.device), config, _max_shared(q.device))
+        shape = _decode_shape(q, k, config)
     cfg, block_d = shape.config, shape.block_d
     splits = num_splits or num_kv_splits(shape.programs, l_max, cfg.block_n, shape.num_sms)
     kst = k.stride()
