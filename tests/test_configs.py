@@ -28,7 +28,9 @@ LABELLED = [KernelConfig(64, 64, 4, 3), KernelConfig(64, 32, 4, 3, tma=True),
             KernelConfig(128, 128, 8, 2, tma=True, overlap=True, warp_specialize=True,
                          dynamic_schedule=True),
             KernelConfig(192, 128, 12, 3, tma=True, overlap=True, warp_specialize=True,
-                         dynamic_schedule=True)]
+                         dynamic_schedule=True),
+            KernelConfig(128, 128, 8, 2, tma=True, overlap=True, warp_specialize=True,
+                         split_tail=True)]
 
 
 @pytest.mark.parametrize("cfg", LABELLED, ids=KernelConfig.label)
@@ -68,6 +70,15 @@ def test_parse_names(name: str) -> None:
                                                       r"grid\), got 128x128 w8 s2 tma overlap "
                                                       "ws tilegrid dynamic"),
     ("128x128 w8 s2 tma overlap ws dynamic tilegrid", "config must be a name"),  # label order
+    # the split tail: the static persistent ws kernel only
+    ("128x128 w8 s2 tma overlap split", "split_tail needs warp_specialize without tile_grid "
+                                        "or dynamic_schedule"),
+    ("128x128 w8 s2 tma overlap ws dynamic split", r"split_tail needs .* \(it splits the "
+                                                   r"static persistent grid's last rounds\), "
+                                                   "got 128x128 w8 s2 tma overlap ws dynamic "
+                                                   "split"),
+    ("128x128 w8 s2 tma overlap ws tilegrid split", "split_tail needs warp_specialize"),
+    ("128x128 w8 s2 tma overlap ws split dynamic", "config must be a name"),  # label order
     ("192x128 w8 s3 tma overlap ws", r"block_m must be one of .* \(or 192 with 12 warps.*got "
                                      r"192"),
     ("128x128 w12 s2 tma overlap ws", r"num_warps must be a power of two in 1..16, got 12 "

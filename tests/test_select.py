@@ -240,6 +240,40 @@ def test_a_table_dynamic_schedule_needs_3_tiles_per_program(
     assert named.config == dyn and "DYNAMIC_SCHEDULE" in named.call.kwargs
 
 
+@pytest.mark.parametrize(("batch", "split"), [(1, False), (9, False), (10, True), (32, True)])
+def test_a_table_split_tail_needs_10_tiles_per_program(
+        monkeypatch: pytest.MonkeyPatch, batch: int, split: bool) -> None:
+    """A table config with the split tail keeps it from 10 tiles per program
+    (MIN_SPLIT_TILES_PER_PROGRAM, lab/2026-12-03-split-tail/): H=16, L=512 at 128 rows is
+    64·B tiles, on 64 SMs B per program. The launch then takes a stream counter and float32
+    scratch of two 64 x (D + 2) slots per program and consumer, both placeholders until the
+    launcher fills them; a config the caller names is run as named."""
+    cfg = KernelConfig.parse("128x128 w8 s2 tma overlap ws split")
+    monkeypatch.setattr(sel, "default_config", lambda *args: cfg)
+    q, k, v = _qkv(b=batch, lq=512)
+    chosen = choose(q, k, v, arch=90, causal=False, num_sms=64)
+    assert chosen.config == replace(cfg, split_tail=split)
+    call = chosen.call
+    assert ("SPLIT_TAIL" in call.kwargs) is split
+    assert call.scratch == (2 * 64 * 2 * 64 * (q.shape[3] + 2) if split else 0)
+    if split:
+        assert call.kwargs["tile_counter"].numel() == call.kwargs["partials"].numel() == 0
+        with pytest.raises(ValueError, match="tile_counter is an empty placeholder"):
+            call.run()
+        with pytest.raises(ValueError, match=r"partials holds 0 elements, the launch needs"):
+            call.with_counter(torch.zeros(1, dtype=torch.int32)).run()
+    named = choose(q, k, v, arch=90, causal=False, num_sms=64, config=cfg)
+    assert named.config == cfg and "SPLIT_TAIL" in named.call.kwargs
+
+
+def test_split_tail_is_refused_under_a_causal_mask() -> None:
+    """The split tail shares equal tiles out: a causal call with it is refused by name."""
+    q, k, v = _qkv(b=2, lq=512)
+    with pytest.raises(ValueError, match="split_tail needs causal=False"):
+        choose(q, k, v, arch=90, causal=True, num_sms=64,
+               config=KernelConfig.parse("128x128 w8 s2 tma overlap ws split"))
+
+
 @pytest.mark.parametrize(("config", "causal", "balanced"), [
     ("fa3-ws", True, False),                                        # static persistent, causal
     ("fa3-ws", False, True),                                        # no mask: tiles alike

@@ -16,7 +16,7 @@ from flashrepro.configs import FA3_WS, TRITON_FALLBACK, KernelConfig, _tuned_tab
 from flashrepro.kernels.fwd import attn_fwd_kernel
 from flashrepro.kernels.fwd_gluon import attn_fwd_gluon_kernel
 from flashrepro.kernels.fwd_gluon_ws import attn_fwd_gluon_ws_kernel
-from flashrepro.select import MIN_DYNAMIC_TILES_PER_PROGRAM
+from flashrepro.select import MIN_DYNAMIC_TILES_PER_PROGRAM, MIN_SPLIT_TILES_PER_PROGRAM
 from flashrepro_harness.cli import build_parser
 from flashrepro_harness.commands import tune as tune_cmd
 from tests.reference import check_parity, random_qkv
@@ -78,7 +78,10 @@ def test_default_launch_on_sm90_runs_a_kernel_that_can(key: str) -> None:
         if runnable:
             tiles = h * -(-lq // cfg.block_m)
             few = tiles < MIN_DYNAMIC_TILES_PER_PROGRAM * 132  # the static order then
-            assert chosen.config == replace(cfg, dynamic_schedule=cfg.dynamic_schedule and not few)
+            few_split = tiles < MIN_SPLIT_TILES_PER_PROGRAM * 132  # no split tail then
+            assert chosen.config == replace(cfg, dynamic_schedule=cfg.dynamic_schedule and not few,
+                                            split_tail=cfg.split_tail and not few_split)
+            assert kw.get("SPLIT_TAIL", False) == chosen.config.split_tail, case
             assert all(desc.strides[-1] == 1 and all(s * 2 % 16 == 0 for s in desc.strides[:-1])
                        for desc in call.args[:4]), case
             assert call.grid == ((tiles if cfg.tile_grid else min(tiles, 132)),), case

@@ -56,20 +56,20 @@ MUTANTS = {
         ("        mbarrier.wait(k_ready.index(slot), phase)\n", ""),
         ("        mbarrier.wait(v_ready.index(slot), phase)\n", "")),
     "skip: the last turn passes too": (
-        ("        if not (final & (j == n_blocks - 1)):\n"
+        ("        if not (final & (j == kb1 - 1)):\n"
          "            _pass_turn(CONSUMER, NUM_CONSUMERS)\n",
          "        _pass_turn(CONSUMER, NUM_CONSUMERS)\n"),),
     "skip: no turns": (
         ("        _wait_turn(CONSUMER)\n"
-         "        if not (final & (j == n_blocks - 1)):\n"
+         "        if not (final & (j == kb1 - 1)):\n"
          "            _pass_turn(CONSUMER, NUM_CONSUMERS)\n", ""),),
     "last P·V: withholds the pass on the last tile even when blocks follow": (
-        ("    if not (final & (n_own == n_blocks)):\n", "    if not final:\n"),),
+        ("    if not (final & (n_own == kb1)):\n", "    if not final:\n"),),
     "last P·V: always passes": (
-        ("    if not (final & (n_own == n_blocks)):\n", "    if True:\n"),),
+        ("    if not (final & (n_own == kb1)):\n", "    if True:\n"),),
     "n_own one block short": (
-        ("    if row0 >= seqlen_q:\n        n_own = 1\n",
-         "    if row0 >= seqlen_q:\n        n_own = 1\n"
+        ("    if row0 >= seqlen_q:\n        n_own = kb0 + 1\n",
+         "    if row0 >= seqlen_q:\n        n_own = kb0 + 1\n"
          "    n_own = gl.maximum(n_own - 1, 1)\n"),),
     "v_empty before the last P·V has finished": (
         ("    acc = warpgroup_mma_wait(0, deps=(acc,))\n"
@@ -154,7 +154,7 @@ def test_a_broken_dynamic_schedule_is_caught(mutant: str) -> None:
 def test_two_consumers_could_skip_too() -> None:
     """Two consumers walk the whole key range for speed only (e3dc9a1): the skip itself keeps
     the protocol with two, so the constant is no correctness guard."""
-    edit = (("        n_own = n_blocks\n", "        n_own = n_own\n"),)
+    edit = (("        n_own = kb1\n", "        n_own = n_own\n"),)
     rng = random.Random(1)
     for seed in range(6):
         Sim(random_params(rng, consumers=2), seed, edit).run()
@@ -228,3 +228,49 @@ def test_the_snake_schedule_gives_each_tile_once() -> None:
                 got += [int(fn["_schedule_tile"](local))
                         for local in range(int(fn["_num_local_tiles"](tiles)))]
             assert sorted(got) == list(range(tiles)), (tiles, programs)
+
+
+SPLIT_MUTANTS = {
+    "split: a part runs one block into the next": (
+        ("    kb1 = gl.minimum(n_blocks, kb0 + end - b)\n",
+         "    kb1 = gl.minimum(n_blocks, kb0 + end - b + 1)\n"),),
+    "split: the head part names the wrong other slot": (
+        ("                other = head * (2 * pid + 2) + (1 - head) * (2 * pid - 1)\n",
+         "                other = head * (2 * pid + 3) + (1 - head) * (2 * pid - 1)\n"),),
+    "split: the tail starts a round late": (
+        ("    if num_tiles % nprog != 0:\n        rounds -= 1\n", ""),),
+}
+
+
+@pytest.mark.parametrize("seed", range(RUNS))
+def test_random_launches_keep_the_protocol_with_the_split_tail(seed: int) -> None:
+    """The split tail (KernelConfig.split_tail): whole tiles, then parts of the last two
+    rounds' tiles; each row block stored once with each key block summed once, the two parts of
+    a split tile naming each other's slots and one ticket, and every check of the static
+    schedule (turns, slots, phases) across parts."""
+    rng = random.Random(2000 + seed)
+    Sim(random_params(rng, consumers=3 if seed % 3 else 2, split=True), seed).run()
+
+
+def test_the_split_tail_runs_split_tiles() -> None:
+    """The random launches above split tiles in at least a third of the runs (each has a
+    remainder to split and at least two key blocks per tile), so they test the parts."""
+    split = 0
+    for seed in range(RUNS):
+        sim = Sim(random_params(random.Random(2000 + seed), 3 if seed % 3 else 2, split=True),
+                  seed)
+        sim.run()
+        split += bool(sim.parts)
+    assert 3 * split >= RUNS, f"{split} of {RUNS} runs split a tile"
+
+
+@pytest.mark.parametrize("mutant", SPLIT_MUTANTS)
+def test_a_broken_split_tail_is_caught(mutant: str) -> None:
+    rng = random.Random(7)
+    for seed in range(24):
+        p = random_params(rng, consumers=3 if seed % 3 else 2, split=True)
+        try:
+            Sim(p, seed, SPLIT_MUTANTS[mutant], strict=False).run()
+        except SimError:
+            return
+    pytest.fail(f"mutant {mutant!r} ran clean on 24 launches")

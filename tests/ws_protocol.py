@@ -415,6 +415,7 @@ class Params:
     programs: int
     heads_per_group: int = 1
     dynamic: bool = False  # the dynamic schedule (tiles claimed from a counter)
+    split: bool = False  # the split tail (no causal mask, static schedule)
 
     @property
     def tiles(self) -> int:
@@ -452,6 +453,8 @@ class Sim:
         self.softmax_calls: list[tuple[tuple, tuple, bool]] = []
         self.progs: list[Program] = []
         self.counter = 0  # the dynamic schedule's tile counter, 0 at launch
+        # the split tail: each split tile's parts as they finish, by (batch, head, row0)
+        self.parts: dict[tuple[int, int, int], list[tuple[int, int, int, AccTok]]] = {}
         ws = _source_namespace(KERNELS / "fwd_gluon_ws.py", replace)
         # the ROW_MAX_TREE the kernel derives for this launch; every softmax call must get it
         self.row_max_tree = ws["row_max_tree"](p.consumers, p.block_n)
@@ -462,6 +465,7 @@ class Sim:
                                               store_wait=lambda pendings=0: None),
                  "warpgroup_mma": self._mma, "warpgroup_mma_wait": self._mma_wait,
                  "_softmax_block": self._softmax, "store_output": self._store,
+                 "_finish_part": self._finish_part,
                  "_rescale_moved_rows": lambda acc, _alpha, _m_old, _m_new: acc,
                  "MAX_LAG": ws["MAX_LAG"].value,
                  "CONSUMER_ROWS": ROWS, "Q_BUFFERS": 2, "TURN_BARRIER": int(ws["TURN_BARRIER"])}
@@ -471,7 +475,8 @@ class Sim:
         sources += [(ws, name) for name in ("_per_thread_ids", "_wait_turn", "_pass_turn",
                                             "_tile_blocks", "_num_local_tiles",
                                             "_schedule_tile", "_claim_tile", "_publish_tile",
-                                            "_handed_tile", "_load_tile", "_producer",
+                                            "_handed_tile", "_split_tail", "_tail_segment",
+                                            "_load_tile", "_producer",
                                             "_consumer_tile", "_consumer")]
         self.fn: dict[str, Callable] = {}
         for ns, name in sources:
@@ -483,7 +488,7 @@ class Sim:
     # -- gl --------------------------------------------------------------------------------
     def _fake_gl(self) -> types.SimpleNamespace:
         gl = types.SimpleNamespace(
-            constexpr=lambda x: x, float32="f32", int32="i32",
+            constexpr=lambda x: x, float32="f32", int32="i32", int64="i64",
             NVMMADistributedLayout=Layout, DotOperandLayout=Layout, SliceLayout=Layout,
             BlockedLayout=Layout, arange=lambda *a, **k: T(), zeros=lambda *a, **k: T(),
             convert_layout=lambda x, _layout: x, expand_dims=lambda _x, _axis: T(),
@@ -709,6 +714,33 @@ class Sim:
             self.stores.append((me.ctx["pid"], me.ctx["consumer"], int(off_b), int(off_h),
                                 int(row0), acc))
 
+    def _finish_part(self, acc: Any, m: Any, l_i: Any, row0: int, rows: Any, o: Any,
+                     desc: Any, off_b: int, off_h: int, *rest: Any) -> None:
+        """The split tail's epilogue, by its contract: a whole tile stores; of a split tile's
+        two parts (warp 0 of each consumer recording) the second stores both parts' sums. The
+        parts must name each other's slots and one ticket."""
+        *_, split, whole = rest
+        if whole:
+            self._store(acc, m, l_i, row0, rows, o, desc, off_b, off_h)
+            return
+        me = self.sched.me
+        if me.ctx["warp"] != 0:
+            return
+        _, _, mine, other, ticket = split
+        parts = self.parts.setdefault((int(off_b), int(off_h), int(row0)), [])
+        parts.append((int(mine), int(other), int(ticket), acc))
+        if len(parts) == 2:
+            (m0, o0, t0, a0), (m1, o1, t1, a1) = parts
+            if (m0, t0) != (o1, t1) or o0 != m1 or m0 == m1:
+                raise SimError(f"parts of rows ({off_b}, {off_h}, {row0}) name slots and "
+                               f"tickets {(m0, o0, t0)} and {(m1, o1, t1)}")
+            if not (isinstance(a0, AccTok) and isinstance(a1, AccTok) and a0.q == a1.q):
+                raise SimError(f"parts of rows ({off_b}, {off_h}, {row0}): {a0}, {a1}")
+            self._store(AccTok(a0.q, a0.keys + a1.keys), m, l_i, row0, rows, o, desc, off_b,
+                        off_h)
+        elif len(parts) > 2:
+            raise SimError(f"rows ({off_b}, {off_h}, {row0}) finished in {len(parts)} parts")
+
     # -- a run -----------------------------------------------------------------------------
     def run(self) -> None:
         """Launch every program's warps, run to the end, check (SimError on a violation)."""
@@ -721,13 +753,15 @@ class Sim:
             self.progs.append(prog)
             s = prog.smem
             producer = (*descs[:3], s["q"], s["k"], s["v"], prog.bars, *shape, p.tiles,
-                        p.causal, *((prog.tile_smem, "tile_counter") if p.dynamic else ()))
+                        p.causal, *(("tile_counter", prog.tile_smem) if p.dynamic else ()),
+                        *(("tile_counter",) if p.split else ()))
             self.sched.add(f"p{pid}.producer", lambda a=producer: self.fn["_producer"](*a),
                            {"pid": pid, "prog": prog})
             for c in range(p.consumers):
                 args = (descs[3], None, s["q"], s["k"], s["v"], s["o"], prog.bars, 0, 0,
                         *shape, 1.0, p.tiles, c, p.causal, False,
-                        *((prog.tile_smem,) if p.dynamic else ()))
+                        *((prog.tile_smem,) if p.dynamic else ()),
+                        *((None, "tile_counter", "partials") if p.split else ()))
                 for w in range(WARPS):
                     self.sched.add(f"p{pid}.c{c}.w{w}",
                                    lambda a=args: self.fn["_consumer"](*a),
@@ -751,6 +785,9 @@ class Sim:
                               f"{sorted(buf.must_release)}")
         if self.counter != 0:
             raise SimError(f"the tile counter ends at {self.counter}, not 0")
+        for rows, parts in self.parts.items():
+            if len(parts) != 2:
+                raise SimError(f"rows {rows} ended with {len(parts)} of 2 parts")
         group = p.heads // p.kv_heads
         stored: dict[tuple[int, int, int], AccTok] = {}
         for pid, c, b, h, row0, acc in self.stores:
@@ -789,7 +826,7 @@ def visible_blocks(row0: int, p: Params) -> set[int]:
 
 
 def random_params(rng: random.Random, consumers: int | None = None,
-                  dynamic: bool = False) -> Params:
+                  dynamic: bool = False, split: bool = False) -> Params:
     """A small random launch: 2 or 3 consumers, BLOCK_N 64/128 with the stages its config
     allows, GQA, ragged Lq and Lk, causal top-left or bottom-right (offset >= 0), 1-5 tiles
     per program, any head-group size; the static schedule, or the dynamic one."""
@@ -802,7 +839,7 @@ def random_params(rng: random.Random, consumers: int | None = None,
     tile = ROWS * n
     lq = rng.choice([rng.randint(1, 3 * tile), rng.randint(1, ROWS), tile * rng.randint(1, 3),
                      tile * rng.randint(1, 3) + rng.randint(1, ROWS - 1)])
-    causal = rng.random() < 0.6
+    causal = rng.random() < 0.6 and not split
     lk = rng.choice([lq, rng.randint(1, 3 * tile), lq + rng.randint(0, 200)])
     offset = 0
     if causal and rng.random() < 0.5:
@@ -812,8 +849,11 @@ def random_params(rng: random.Random, consumers: int | None = None,
         heads, kv_heads, batch = (heads - 1, 1, batch) if heads > 1 else (heads, 1, batch - 1)
     tiles = batch * heads * -(-lq // tile)
     programs = max(1, -(-tiles // rng.randint(1, 5)))
+    if split:  # blocks to split, and a remainder: fewer programs than tiles, not a divisor
+        lk = max(lk, rng.randint(2, 4) * block_n + rng.randint(0, block_n - 1))
+        programs = next((g for g in range(min(programs, tiles - 1), 0, -1) if tiles % g), 1)
     return Params(batch, heads, kv_heads, lq, lk, causal, offset, block_n, stages, n,
-                  programs, rng.randint(1, batch * heads), dynamic)
+                  programs, rng.randint(1, batch * heads), dynamic, split)
 
 
 def main(argv: list[str]) -> int:

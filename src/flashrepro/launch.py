@@ -107,6 +107,9 @@ class LaunchPlan:
         counter_slot: where the kernel takes a stream counter
             (:data:`~flashrepro.kernels.call.STREAM_COUNTER`), its index in ``direct.tail``;
             each launch passes the current stream's.
+        scratch_slot: where the kernel takes float32 scratch
+            (:data:`~flashrepro.kernels.call.SCRATCH`), its index in ``direct.tail``; each
+            launch allocates its own ``call.scratch`` elements.
     """
 
     call: KernelCall
@@ -120,6 +123,7 @@ class LaunchPlan:
     contiguous_kv: bool
     spans: tuple[int, int, int, int] | None = None
     counter_slot: int | None = None
+    scratch_slot: int | None = None
 
     def out_is_apart(self, out: torch.Tensor, q: torch.Tensor, k: torch.Tensor,
                      v: torch.Tensor) -> bool:
@@ -154,23 +158,29 @@ class LaunchPlan:
         if self.direct is None:
             io = rebind_io(self.call.args[:IO_ARGS], (q, k, v, o, lse))
             with _on_device(q.device):
-                _with_stream_counter(self.call.with_io(io), q.device).run()
+                _with_stream_buffers(self.call.with_io(io), q.device).run()
         elif self.counter_slot is None:
             self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse))
         else:
             tail = list(self.direct.tail)
             tail[self.counter_slot] = stream_counters(q.device, 1)
+            if self.scratch_slot is not None:
+                tail[self.scratch_slot] = torch.empty(self.call.scratch, dtype=torch.float32,
+                                                      device=q.device)
             self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse), tail)
         return o, (None if self.lse_dummy is not None else lse)
 
 
-def _with_stream_counter(call: KernelCall, device: torch.device) -> KernelCall:
-    """``call`` with the current stream's counter where the kernel takes one
-    (:data:`~flashrepro.kernels.call.STREAM_COUNTER`); other calls unchanged, no counter
-    fetched."""
+def _with_stream_buffers(call: KernelCall, device: torch.device) -> KernelCall:
+    """``call`` with the current stream's counter and fresh scratch where the kernel takes
+    them (:data:`~flashrepro.kernels.call.STREAM_COUNTER`,
+    :data:`~flashrepro.kernels.call.SCRATCH`); other calls unchanged, nothing fetched."""
     if call.counter_slot() is None:
         return call
-    return call.with_counter(stream_counters(device, 1))
+    call = call.with_counter(stream_counters(device, 1))
+    if call.scratch_slot() is None:
+        return call
+    return call.with_scratch(torch.empty(call.scratch, dtype=torch.float32, device=device))
 
 
 _PLANS: dict[tuple[Any, ...], LaunchPlan] = {}
@@ -301,7 +311,7 @@ def _forward_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: 
     io = chosen.operands(q, k, v, o, lse)
     try:
         with _on_device(q.device):
-            compiled = _with_stream_counter(chosen.bind(io), q.device).run()
+            compiled = _with_stream_buffers(chosen.bind(io), q.device).run()
     except triton.runtime.errors.OutOfResources as exc:
         raise ValueError(f"config {chosen.config.label()} does not fit this GPU for "
                          f"D={q.shape[3]}: {exc}") from exc
@@ -323,8 +333,9 @@ def _plan(chosen: Selection, compiled: CompiledKernel | None, out_shape: tuple[i
         values = call.ordered_values()
         if values is not None:
             direct = DirectLaunch.bind(compiled, call.args[:IO_ARGS], values[IO_ARGS:])
-    slot = call.counter_slot()
+    slot, scratch = call.counter_slot(), call.scratch_slot()
     return LaunchPlan(call=call, direct=direct, grid=(*call.grid, 1, 1)[:3], out_shape=out_shape,
                       out_stride=out_stride, lse_shape=lse_shape, lse_dummy=lse_dummy,
                       contiguous_q=chosen.contiguous_q, contiguous_kv=chosen.contiguous_kv,
-                      counter_slot=None if slot is None else slot - IO_ARGS)
+                      counter_slot=None if slot is None else slot - IO_ARGS,
+                      scratch_slot=None if scratch is None else scratch - IO_ARGS)

@@ -39,7 +39,10 @@ The rules, in the order applied:
    :mod:`flashrepro.counters`). A table config (``config`` None) keeps its dynamic schedule
    only with at least :data:`MIN_DYNAMIC_TILES_PER_PROGRAM` tiles per program; below, the
    static snake order, which pairs each program's heavy causal tile with a light one
-   (lab/2026-12-03-dynamic-schedule-tile-count/). The table is tuned at B·L = 16384: 15.5
+   (lab/2026-12-03-dynamic-schedule-tile-count/). ``config.split_tail`` (no causal mask)
+   has the static grid share its last two rounds out as runs of key blocks; a table config
+   keeps it only with at least :data:`MIN_SPLIT_TILES_PER_PROGRAM` tiles per program, where
+   it was measured (lab/2026-12-03-split-tail/). The table is tuned at B·L = 16384: 15.5
    tiles of 128 rows per program on 132 SMs, 10.4-11.6 of 192 rows.
 """
 
@@ -72,6 +75,9 @@ STAND_IN_L2_BYTES = 50 * 2**20
 """L2 bytes assumed where no GPU is at hand: the H100's 50 MiB (the H200 has 60)."""
 MIN_DYNAMIC_TILES_PER_PROGRAM = 3
 """Tiles per persistent program from which a table config keeps its dynamic schedule (rule 7)."""
+MIN_SPLIT_TILES_PER_PROGRAM = 10
+"""Tiles per persistent program from which a table config keeps its split tail (rule 7): the
+fewest it was measured at is 10.4 (lab/2026-12-03-split-tail/)."""
 
 
 @dataclass(frozen=True)
@@ -180,10 +186,13 @@ def table_schedule(cfg: KernelConfig, batch_heads: int, seqlen_q: int,
                    num_sms: int) -> KernelConfig:
     """A table config's schedule for a launch over ``batch_heads`` (batch, query head) pairs of
     ``seqlen_q`` rows on ``num_sms`` SMs (rule 7 of the module docstring): ``cfg``, without its
-    dynamic schedule below :data:`MIN_DYNAMIC_TILES_PER_PROGRAM` tiles per program."""
+    dynamic schedule below :data:`MIN_DYNAMIC_TILES_PER_PROGRAM` tiles per program, without
+    its split tail below :data:`MIN_SPLIT_TILES_PER_PROGRAM`."""
     num_tiles = batch_heads * triton.cdiv(seqlen_q, cfg.block_m)
     if cfg.dynamic_schedule and num_tiles < MIN_DYNAMIC_TILES_PER_PROGRAM * num_sms:
         return replace(cfg, dynamic_schedule=False)
+    if cfg.split_tail and num_tiles < MIN_SPLIT_TILES_PER_PROGRAM * num_sms:
+        return replace(cfg, split_tail=False)
     return cfg
 
 
@@ -249,7 +258,8 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
 
     Raises:
         TypeError, ValueError: ``config`` breaks :func:`check_config`'s rule; an empty call
-            (no output element or Lk = 0: the launch handles it without a kernel).
+            (no output element or Lk = 0: the launch handles it without a kernel); a
+            ``split_tail`` config with ``causal`` (its tiles must be equal).
     """
     check_config(config)
     b, h, lq, d = q.shape
@@ -264,6 +274,9 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
         cfg = default_launch(d, causal, lq, built, b * h, num_sms)
     else:
         cfg = NAMED[config]
+    if cfg.split_tail and causal:
+        raise ValueError(f"config {cfg.label()!r}: split_tail needs causal=False (it splits "
+                         "equal tiles), got causal=True")
     causal_offset = lk - lq if causal_alignment == "bottom_right" else 0
     block_d = block_dim(d)
     contiguous_q = not fits_int32(q, (3, block_d))
@@ -287,7 +300,8 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     if use_gluon and cfg.warp_specialize:
         call = fwd_gluon_ws.kernel_call(
             q, k, v, o, lse, **shared, num_programs=None if cfg.tile_grid else num_sms,
-            num_consumers=cfg.consumers, dynamic_schedule=cfg.dynamic_schedule)
+            num_consumers=cfg.consumers, dynamic_schedule=cfg.dynamic_schedule,
+            split_tail=cfg.split_tail)
     elif use_gluon:
         call = fwd_gluon.kernel_call(q, k, v, o, lse, **shared, block_m=cfg.block_m,
                                      num_warps=cfg.num_warps)

@@ -11,7 +11,7 @@ and is never rebound.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -24,6 +24,9 @@ STREAM_COUNTER = "tile_counter"
 """The keyword of a kernel argument that is an int32 at 0 at launch and that the kernel leaves
 at 0 (the ws kernel's dynamic schedule): whoever repeats the call passes its stream's
 (:func:`flashrepro.counters.stream_counters`), as two launches at once must not share one."""
+SCRATCH = "partials"
+"""The keyword of a float32 kernel argument that the kernel writes before it reads (the ws
+kernel's split tail): each launch gets its own, of ``KernelCall.scratch`` elements."""
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,15 @@ class KernelCall:
             descriptors whose ``base`` is one).
         kwargs: keyword arguments: constexprs and launch options (num_warps, num_stages,
             maxnreg).
+        scratch: float32 elements of the :data:`SCRATCH` argument, 0 where the kernel takes
+            none.
     """
 
     kernel: Any
     grid: tuple[int, ...]
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
+    scratch: int = 0
 
     def run(self) -> CompiledKernel | None:
         """Launch through Triton's JIT path (compiling on first use); returns its result, the
@@ -50,33 +56,51 @@ class KernelCall:
 
         Raises:
             ValueError: the kernel takes a :data:`STREAM_COUNTER` and the call still holds the
-                empty placeholder (its atomics would write address 0).
+                empty placeholder (its atomics would write address 0), or a :data:`SCRATCH`
+                smaller than :attr:`scratch`.
         """
         counter = self.kwargs.get(STREAM_COUNTER)
         if isinstance(counter, torch.Tensor) and counter.numel() == 0:
             raise ValueError(f"{STREAM_COUNTER} is an empty placeholder: pass a counter at 0 "
                              "with with_counter(flashrepro.counters.stream_counters(device, 1))")
+        scratch = self.kwargs.get(SCRATCH)
+        if isinstance(scratch, torch.Tensor) and scratch.numel() < self.scratch:
+            raise ValueError(f"{SCRATCH} holds {scratch.numel()} elements, the launch needs "
+                             f"{self.scratch}: pass them with with_scratch()")
         return self.kernel[self.grid](*self.args, **self.kwargs)
 
     def with_io(self, io: tuple[Any, ...]) -> KernelCall:
         """The same call with Q, K, V, O, LSE replaced by ``io`` (as :func:`rebind_io` builds,
         or :func:`io_templates`)."""
-        return KernelCall(self.kernel, self.grid, io + self.args[IO_ARGS:], self.kwargs)
+        return replace(self, args=io + self.args[IO_ARGS:])
 
     def with_counter(self, counter: torch.Tensor) -> KernelCall:
         """The same call with ``counter`` as its :data:`STREAM_COUNTER` argument, if it takes
         one."""
         if STREAM_COUNTER not in self.kwargs:
             return self
-        return KernelCall(self.kernel, self.grid, self.args,
-                          {**self.kwargs, STREAM_COUNTER: counter})
+        return replace(self, kwargs={**self.kwargs, STREAM_COUNTER: counter})
+
+    def with_scratch(self, scratch: torch.Tensor) -> KernelCall:
+        """The same call with ``scratch`` (float32, at least :attr:`scratch` elements) as its
+        :data:`SCRATCH` argument, if it takes one."""
+        if SCRATCH not in self.kwargs:
+            return self
+        return replace(self, kwargs={**self.kwargs, SCRATCH: scratch})
 
     def counter_slot(self) -> int | None:
         """The index of the :data:`STREAM_COUNTER` argument among :meth:`ordered_values`, or
         None."""
-        if STREAM_COUNTER not in self.kwargs or not isinstance(self.kernel, JITFunction):
+        return self._slot(STREAM_COUNTER)
+
+    def scratch_slot(self) -> int | None:
+        """The index of the :data:`SCRATCH` argument among :meth:`ordered_values`, or None."""
+        return self._slot(SCRATCH)
+
+    def _slot(self, name: str) -> int | None:
+        if name not in self.kwargs or not isinstance(self.kernel, JITFunction):
             return None
-        return [p.name for p in self.kernel.params].index(STREAM_COUNTER)
+        return [p.name for p in self.kernel.params].index(name)
 
     def ordered_values(self) -> list[Any] | None:
         """Every parameter of the kernel in signature order, constexprs included (what

@@ -59,7 +59,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from flashrepro.kernels.call import STREAM_COUNTER, KernelCall
+from flashrepro.counters import MIN_COUNTERS
+from flashrepro.kernels.call import SCRATCH, STREAM_COUNTER, KernelCall
 from flashrepro.kernels.fwd import tile_coords
 from flashrepro.kernels.fwd_gluon import (
     _key_blocks,
@@ -192,6 +193,36 @@ def _schedule_tile(local):
 
 
 @gluon.jit
+def _split_tail(num_tiles, n_blocks):
+    """Split-tail schedule (non-causal, every tile ``n_blocks`` key blocks): (rounds, first,
+    end). The program takes :func:`_schedule_tile`'s tiles of rounds [0, rounds), then key
+    blocks [first, end) of the remaining tiles' blocks laid end to end, its equal share (as
+    stream-K's data-parallel + stream-K hybrid, M. Osama et al., 2023). Without it the last
+    round of B·H·cdiv(Lq, TILE_M) equal tiles on G programs leaves G - (tiles mod G) programs
+    idle. The split covers the last partial round and the full one before it, so each share
+    is at least ``n_blocks`` and a tile is split between at most two programs."""
+    nprog = gl.num_programs(0)
+    rounds = num_tiles // nprog
+    if num_tiles % nprog != 0:
+        rounds -= 1
+    tail_blocks = (num_tiles - rounds * nprog).to(gl.int64) * n_blocks
+    pid = gl.program_id(0)
+    first = (pid * tail_blocks // nprog).to(gl.int32)
+    end = ((pid + 1) * tail_blocks // nprog).to(gl.int32)
+    return rounds, first, end
+
+
+@gluon.jit
+def _tail_segment(b, end, n_blocks, rounds):
+    """The part of the split tail that starts at its block ``b`` (< ``end``, this program's
+    share's end): (tile, its index in the tail, kb0, kb1), key blocks [kb0, kb1) of it."""
+    t = b // n_blocks
+    kb0 = b - t * n_blocks
+    kb1 = gl.minimum(n_blocks, kb0 + end - b)
+    return rounds * gl.num_programs(0) + t, t, kb0, kb1
+
+
+@gluon.jit
 def _claim_tile(tile_counter, num_tiles):
     """Dynamic schedule: this program's next tile, claimed from the launch's int32 counter with
     one atomic add (the first G tiles go to programs 0..G-1 unclaimed). Each program claims
@@ -227,11 +258,12 @@ def _handed_tile(tile_smem, q_ready, qb, phase):
 @gluon.jit
 def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, num_heads,
                kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, tile, local, it,
-               tile_smem, CAUSAL: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr):
+               tile_smem, CAUSAL: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr, kb0=0,
+               kb1=None):
     """The producer's work for one tile, this program's ``local``-th: each consumer's Q tile
     into that consumer's free Q buffer, then K_j and V_j into the next slot as soon as the
-    consumers have handed it back. ``it``: key blocks issued before it; returns the count
-    after it."""
+    consumers have handed it back, for key blocks j in [kb0, kb1) (None: the tile's last).
+    ``it``: key blocks issued before it; returns the count after it."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
@@ -240,6 +272,8 @@ def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, 
     start_m, off_b, off_h, off_hkv, n_blocks = _tile_blocks(
         tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
         causal_offset, TILE_M, BLOCK_N, CAUSAL)
+    if kb1 is None:
+        kb1 = n_blocks
     # Q buffer (c, local % 2): its previous use was this program's tile before last, so
     # the wait rarely blocks. An mbarrier starts with its phase-1 wait already complete,
     # so the first wait on each "empty" barrier passes at once.
@@ -252,7 +286,7 @@ def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, 
         tma.async_copy_global_to_shared(
             q_desc, [off_b, off_h, (start_m * NUM_CONSUMERS + c) * CONSUMER_ROWS, 0],
             q_ready.index(qb), q_smem.index(qb))
-    for j in range(n_blocks):
+    for j in range(kb0, kb1):
         slot = it % NUM_STAGES
         empty_phase = ((it // NUM_STAGES) & 1) ^ 1
         mbarrier.wait(k_empty.index(slot), empty_phase)
@@ -270,14 +304,16 @@ def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, 
 @gluon.jit
 def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, num_heads,
               kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset, num_tiles,
-              CAUSAL: gl.constexpr, tile_smem=None, tile_counter=None):
+              CAUSAL: gl.constexpr, tile_counter=None, tile_smem=None):
     """One warp: each of this program's tiles (:func:`_load_tile`). Slots and phases run on
     across tiles, so the next tile's Q and first blocks load while the consumers finish this
     one. Static schedule: the tiles of :func:`_schedule_tile`. Dynamic: this program's tile of
     the first wave, then a tile claimed (:func:`_claim_tile`) once this one's loads are all
     issued, as FA3's DynamicPersistentTileScheduler; each Q buffer carries its tile's index to
     its consumer, and a last index past the tiles tells the consumers to stop (``tile_smem``
-    and ``tile_counter`` given: a constexpr flag would reach a worker partition as a tensor)."""
+    and ``tile_counter`` given: a constexpr flag would reach a worker partition as a tensor).
+    Split tail (``tile_counter`` alone given): the static rounds of :func:`_split_tail`, then
+    this program's share of the tail's key blocks."""
     it = 0  # key blocks issued so far, over all tiles
     if tile_smem is not None:  # dynamic schedule
         q_ready, q_empty = bars[0], bars[1]
@@ -295,24 +331,43 @@ def _producer(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch, n
             mbarrier.wait(q_empty.index(qb), ((local // Q_BUFFERS) & 1) ^ 1)
             _publish_tile(tile_smem, qb, tile)
             mbarrier.arrive(q_ready.index(qb), count=1)
-    else:
+    elif tile_counter is None:
         for local in range(_num_local_tiles(num_tiles)):
             it = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
                             num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
                             causal_offset, _schedule_tile(local), local, it, None, CAUSAL,
                             False)
+    else:  # split tail
+        BLOCK_N: gl.constexpr = k_desc.block_type.shape[2]
+        n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+        rounds, b, end = _split_tail(num_tiles, n_blocks)
+        local = 0
+        while (local < rounds) | (b < end):
+            if local < rounds:
+                tile = _schedule_tile(local)
+                kb0 = 0
+                kb1 = n_blocks
+            else:
+                tile, _, kb0, kb1 = _tail_segment(b, end, n_blocks, rounds)
+                b += kb1 - kb0
+            it = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
+                            num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
+                            causal_offset, tile, local, it, None, CAUSAL, False, kb0, kb1)
+            local += 1
 
 
 @gluon.jit
 def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb, stride_lh,
                    num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
-                   causal_offset, qk_scale, tile, local, num_local, it, cols0, s_zero,
+                   causal_offset, qk_scale, tile, local, final, it, cols0, s_zero,
                    CONSUMER: gl.constexpr, NUM_CONSUMERS: gl.constexpr, CAUSAL: gl.constexpr,
-                   STORE_LSE: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr):
-    """One consumer's work for one tile, this program's ``local``-th (of ``num_local``, static
-    schedule): its 64 query rows against the tile's key blocks, then their output (stored
-    while the next tile runs). ``it``: key blocks consumed before it; returns the count after
-    it."""
+                   STORE_LSE: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr, kb0=0, kb1=None,
+                   split=None):
+    """One consumer's work for one tile, this program's ``local``-th: its 64 query rows
+    against the tile's key blocks [kb0, kb1) (None: its last), then their output (stored while
+    the next tile runs; a part of a split tile goes to :func:`_finish_part` with ``split``).
+    ``final``: this is the program's last tile and the last consumer (its last turn passes to
+    nobody). ``it``: key blocks consumed before it; returns the count after it."""
     q_ready, q_empty, k_ready, v_ready, k_empty, v_empty = bars
     NUM_STAGES: gl.constexpr = k_smem.type.shape[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
@@ -333,32 +388,29 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
     start_m, off_b, off_h, _, n_blocks = _tile_blocks(
         tile, num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
         causal_offset, TILE_M, BLOCK_N, CAUSAL)
+    if kb1 is None:
+        kb1 = n_blocks
+    base = it - kb0  # block j's slot counter: base + j
     row0 = (start_m * NUM_CONSUMERS + CONSUMER) * CONSUMER_ROWS  # this warpgroup's rows
     # Blocks [0, n_full) need no mask for any of this warpgroup's rows, [n_own, n_blocks)
     # are masked for all of them (right of their diagonal): the tile's key range is its
-    # last row's. Rows all past Lq (a ragged last tile) need only block 0.
+    # last row's. Rows all past Lq (a ragged last tile) need only the first block.
     n_full, n_own = _key_blocks(row0, CONSUMER_ROWS, seqlen_k, causal_offset, BLOCK_N,
                                 CAUSAL)
+    n_own = gl.minimum(n_own, kb1)
     if row0 >= seqlen_q:
-        n_own = 1
+        n_own = kb0 + 1
     if NUM_CONSUMERS == 2:
         # Two consumers walk the whole range: skipping measured 2 % slower at the article
         # problem (tile-boundary code), and at BLOCK_N 128 a 128-row tile leaves a block to
         # skip only in a ragged last tile or at a causal offset that is no multiple of 128
         # (lab/2026-11-29-three-consumer-tile/).
-        n_own = n_blocks
-    # The program's last turn (its last consumer's last block) passes to nobody, so no
-    # arrival is left pending on a named barrier. Dynamic schedule: the last tile is known
-    # only after it, so every turn passes and consumer 0 takes the last pass (_consumer).
-    if DYNAMIC_SCHEDULE:
-        final = False
-    else:
-        final = (CONSUMER == NUM_CONSUMERS - 1) & (local + 1 >= num_local)
+        n_own = kb1
     rows = row0 + gl.arange(0, CONSUMER_ROWS, layout=row_layout)
     m_i = gl.full([CONSUMER_ROWS], float("-inf"), gl.float32, layout=row_layout)
     acc = gl.zeros([CONSUMER_ROWS, HEAD_DIM], gl.float32, layout=o_layout)
 
-    # -- block 0: S_0 and its softmax, nothing to overlap with yet --
+    # -- the first block: S and its softmax, nothing to overlap with yet --
     qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
     q = q_smem.index(qb).reshape([CONSUMER_ROWS, HEAD_DIM])
     slot = it % NUM_STAGES
@@ -374,17 +426,18 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
     _pass_turn(CONSUMER, NUM_CONSUMERS)
     s = warpgroup_mma_wait(0, deps=(s,))
     mbarrier.arrive(k_empty.index(slot), count=1)
-    p, alpha, m_i, l_i = _softmax_block(s, m_i, 0.0, cols0, rows, n_full > 0, seqlen_k,
-                                        causal_offset, qk_scale, CAUSAL, 0.0, ROW_MAX_TREE)
+    p, alpha, m_i, l_i = _softmax_block(s, m_i, 0.0, kb0 * BLOCK_N + cols0, rows,
+                                        kb0 < n_full, seqlen_k, causal_offset, qk_scale,
+                                        CAUSAL, 0.0, ROW_MAX_TREE)
     p = gl.convert_layout(p.to(dtype), p_layout)
 
     # -- steady state: issue S_j and O += P_{j-1}·V_{j-1}, softmax S_j under the P·V;
     # hand each slot back the moment the wgmma that read it has finished --
-    for j in range(1, n_own):
-        slot = (it + j) % NUM_STAGES
-        prev = (it + j - 1) % NUM_STAGES
-        mbarrier.wait(k_ready.index(slot), ((it + j) // NUM_STAGES) & 1)
-        mbarrier.wait(v_ready.index(prev), ((it + j - 1) // NUM_STAGES) & 1)
+    for j in range(kb0 + 1, n_own):
+        slot = (base + j) % NUM_STAGES
+        prev = (base + j - 1) % NUM_STAGES
+        mbarrier.wait(k_ready.index(slot), ((base + j) // NUM_STAGES) & 1)
+        mbarrier.wait(v_ready.index(prev), ((base + j - 1) // NUM_STAGES) & 1)
         _wait_turn(CONSUMER)
         kj = k_smem.index(slot).reshape([BLOCK_N, HEAD_DIM]).permute((1, 0))
         s = warpgroup_mma(q, kj, s_zero, use_acc=False, is_async=True)
@@ -405,44 +458,103 @@ def _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
     mbarrier.arrive(q_empty.index(qb), count=1)
 
     # -- its last block's P·V, then the epilogue: normalise once, store through TMA --
-    last = it + n_own - 1
+    last = base + n_own - 1
     mbarrier.wait(v_ready.index(last % NUM_STAGES), (last // NUM_STAGES) & 1)
     _wait_turn(CONSUMER)
     v_last = v_smem.index(last % NUM_STAGES).reshape([BLOCK_N, HEAD_DIM])
     acc = warpgroup_mma(p, v_last, acc, is_async=True)
-    if not (final & (n_own == n_blocks)):
+    if not (final & (n_own == kb1)):
         _pass_turn(CONSUMER, NUM_CONSUMERS)
     acc = warpgroup_mma_wait(0, deps=(acc,))
     mbarrier.arrive(v_empty.index(last % NUM_STAGES), count=1)
 
     tma.store_wait(pendings=0)  # the previous tile's output has left o_tile
-    store_output(acc, m_i, l_i, row0, rows, o_tile, o_desc, off_b, off_h, LSE, stride_lb,
-                 stride_lh, seqlen_q, STORE_LSE)
+    if split is None:
+        store_output(acc, m_i, l_i, row0, rows, o_tile, o_desc, off_b, off_h, LSE, stride_lb,
+                     stride_lh, seqlen_q, STORE_LSE)
+    else:
+        _finish_part(acc, m_i, l_i, row0, rows, o_tile, o_desc, off_b, off_h, LSE, stride_lb,
+                     stride_lh, seqlen_q, STORE_LSE, split, (kb0 == 0) & (kb1 == n_blocks))
 
     # -- blocks none of its rows sees: hand the slots back once loaded (an earlier
     # arrival could count towards the slot's previous use) and pass the turn, so the
     # others' slots and turns go on as if it had computed them --
-    for j in range(n_own, n_blocks):
-        slot = (it + j) % NUM_STAGES
-        phase = ((it + j) // NUM_STAGES) & 1
+    for j in range(n_own, kb1):
+        slot = (base + j) % NUM_STAGES
+        phase = ((base + j) // NUM_STAGES) & 1
         mbarrier.wait(k_ready.index(slot), phase)
         mbarrier.arrive(k_empty.index(slot), count=1)
         mbarrier.wait(v_ready.index(slot), phase)
         mbarrier.arrive(v_empty.index(slot), count=1)
         _wait_turn(CONSUMER)
-        if not (final & (j == n_blocks - 1)):
+        if not (final & (j == kb1 - 1)):
             _pass_turn(CONSUMER, NUM_CONSUMERS)
-    return it + n_blocks
+    return base + kb1
+
+
+@gluon.jit
+def _finish_part(acc, m_i, l_i, row0, rows, o_tile, o_desc, off_b, off_h, LSE, stride_lb,
+                 stride_lh, seqlen_q, STORE_LSE: gl.constexpr, split, whole):
+    """The epilogue of a tile in the split-tail schedule (:func:`_split_tail`): a ``whole``
+    tile's is :func:`~flashrepro.kernels.fwd_gluon.store_output`'s. Of a split tile's two
+    parts, the one that finishes second merges the other's into its own and stores the output,
+    as FlashAttention's split-KV combine (rescale both by their row max, add, normalise once).
+
+    ``split``: (partials, tickets, mine, other, ticket). ``partials``: float32 slots of
+    64·(D + 2) (O unnormalised, the row max in log2 units, the row sum), this part's slot
+    ``mine`` and the other part's ``other``; ``tickets + ticket``: the tile's int32 at 0. A part
+    that finds the ticket at 0 parks its state in its slot and takes the ticket; the one that
+    finds it taken merges and puts it back to 0 (so the launch leaves it at 0). Taking the
+    ticket after a barrier, with acq_rel, publishes the slot, as the decode kernel's split
+    counters do (kernels/decode.py)."""
+    if whole:
+        store_output(acc, m_i, l_i, row0, rows, o_tile, o_desc, off_b, off_h, LSE, stride_lb,
+                     stride_lh, seqlen_q, STORE_LSE)
+        return
+    partials, tickets, mine, other, ticket = split
+    ROWS: gl.constexpr = acc.type.shape[0]
+    HEAD_DIM: gl.constexpr = acc.type.shape[1]
+    PART: gl.constexpr = ROWS * (HEAD_DIM + 2)
+    o_rows: gl.constexpr = gl.SliceLayout(1, acc.type.layout)
+    o_cols: gl.constexpr = gl.SliceLayout(0, acc.type.layout)
+    offs = (gl.expand_dims(gl.arange(0, ROWS, layout=o_rows), 1) * HEAD_DIM
+            + gl.expand_dims(gl.arange(0, HEAD_DIM, layout=o_cols), 0))
+    r = gl.arange(0, ROWS, layout=m_i.type.layout)
+    l_row = gl.convert_layout(gl.sum(l_i, 1), m_i.type.layout)
+    merge = gl.atomic_add(tickets + ticket, 0, sem="acquire", scope="gpu") != 0
+    if not merge:
+        part = partials + mine.to(gl.int64) * PART
+        gl.store(part + offs, acc)
+        gl.store(part + ROWS * HEAD_DIM + r, m_i)
+        gl.store(part + ROWS * HEAD_DIM + ROWS + r, l_row)
+        gl.thread_barrier()
+        merge = gl.atomic_add(tickets + ticket, 1, sem="acq_rel", scope="gpu") != 0
+    if merge:
+        gl.atomic_xchg(tickets + ticket, 0, sem="relaxed", scope="gpu")
+        part = partials + other.to(gl.int64) * PART
+        acc_o = gl.load(part + offs, cache_modifier=".cg")
+        m_o = gl.load(part + ROWS * HEAD_DIM + r, cache_modifier=".cg")
+        l_o = gl.load(part + ROWS * HEAD_DIM + ROWS + r, cache_modifier=".cg")
+        m = gl.maximum(m_i, m_o)
+        a = gl.exp2(m_i - m)
+        a_o = gl.exp2(m_o - m)
+        acc = (acc * gl.expand_dims(gl.convert_layout(a, o_rows), 1)
+               + acc_o * gl.expand_dims(gl.convert_layout(a_o, o_rows), 1))
+        store_output(acc, m, gl.expand_dims(l_row * a + l_o * a_o, 1), row0, rows, o_tile,
+                     o_desc, off_b, off_h, LSE, stride_lb, stride_lh, seqlen_q, STORE_LSE)
 
 
 @gluon.jit
 def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stride_lh,
               num_batch, num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k,
               causal_offset, qk_scale, num_tiles, CONSUMER: gl.constexpr,
-              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, tile_smem=None):
+              CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, tile_smem=None, tile_counter=None,
+              partials=None):
     """One warpgroup: each of this program's tiles (:func:`_consumer_tile`), from
-    :func:`_schedule_tile` (static schedule) or, dynamic, as the producer hands them over in
-    each Q buffer's index slot (``tile_smem`` given), until one past the last tile."""
+    :func:`_schedule_tile` (static schedule; with ``partials`` then its share of
+    :func:`_split_tail`, parts finished through ``tile_counter`` and ``partials``) or, dynamic,
+    as the producer hands them over in each Q buffer's index slot (``tile_smem`` given), until
+    one past the last tile."""
     q_ready = bars[0]
     BLOCK_N: gl.constexpr = k_smem.type.shape[3]
     NUM_CONSUMERS: gl.constexpr = o_smem.type.shape[0]
@@ -463,21 +575,57 @@ def _consumer(o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb, stri
         while tile < num_tiles:
             it = _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
                                 stride_lh, num_batch, num_heads, kv_group, heads_per_group,
-                                seqlen_q, seqlen_k, causal_offset, qk_scale, tile, local, 0, it,
-                                cols0, s_zero, CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, True)
+                                seqlen_q, seqlen_k, causal_offset, qk_scale, tile, local, False,
+                                it, cols0, s_zero, CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE,
+                                True)
             local += 1
             qb = CONSUMER * Q_BUFFERS + local % Q_BUFFERS
             tile = _handed_tile(tile_smem, q_ready, qb, (local // Q_BUFFERS) & 1)
         if CONSUMER == 0:
             _wait_turn(CONSUMER)  # the last consumer's last pass: none left pending
     else:
-        num_local = _num_local_tiles(num_tiles)
-        for local in range(num_local):
-            it = _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars, stride_lb,
-                                stride_lh, num_batch, num_heads, kv_group, heads_per_group,
-                                seqlen_q, seqlen_k, causal_offset, qk_scale,
-                                _schedule_tile(local), local, num_local, it, cols0, s_zero,
-                                CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, False)
+        # The program's last turn (its last consumer's last block) passes to nobody, so no
+        # arrival is left pending on a named barrier. (Dynamic schedule: the last tile is
+        # known only after it, so every turn passes and consumer 0 takes the last pass.)
+        last_consumer = CONSUMER == NUM_CONSUMERS - 1
+        if partials is None:
+            num_local = _num_local_tiles(num_tiles)
+            for local in range(num_local):
+                final = last_consumer & (local + 1 >= num_local)
+                it = _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars,
+                                    stride_lb, stride_lh, num_batch, num_heads, kv_group,
+                                    heads_per_group, seqlen_q, seqlen_k, causal_offset,
+                                    qk_scale, _schedule_tile(local), local, final, it, cols0,
+                                    s_zero, CONSUMER, NUM_CONSUMERS, CAUSAL, STORE_LSE, False)
+        else:  # split tail: one loop over whole tiles and parts (one copy of the code)
+            n_blocks = gl.cdiv(seqlen_k, BLOCK_N)
+            rounds, b, end = _split_tail(num_tiles, n_blocks)
+            pid = gl.program_id(0)
+            local = 0
+            while (local < rounds) | (b < end):
+                if local < rounds:
+                    tile = _schedule_tile(local)
+                    t = 0
+                    kb0 = 0
+                    kb1 = n_blocks
+                else:
+                    tile, t, kb0, kb1 = _tail_segment(b, end, n_blocks, rounds)
+                    b += kb1 - kb0
+                # Slots by program: 2·pid + 1 for the part holding a tile's first block (the
+                # last of this program's share), 2·pid for the other (its first). A tile's
+                # other part is the next program's first or the previous program's last.
+                head = 1 - gl.minimum(kb0, 1)  # 1 for the part holding block 0
+                mine = 2 * pid + head
+                other = head * (2 * pid + 2) + (1 - head) * (2 * pid - 1)
+                split = (partials, tile_counter, mine * NUM_CONSUMERS + CONSUMER,
+                         other * NUM_CONSUMERS + CONSUMER, t * NUM_CONSUMERS + CONSUMER)
+                final = last_consumer & (local + 1 >= rounds) & (b >= end)
+                it = _consumer_tile(o_desc, LSE, q_smem, k_smem, v_smem, o_tile, bars,
+                                    stride_lb, stride_lh, num_batch, num_heads, kv_group,
+                                    heads_per_group, seqlen_q, seqlen_k, causal_offset,
+                                    qk_scale, tile, local, final, it, cols0, s_zero, CONSUMER,
+                                    NUM_CONSUMERS, CAUSAL, STORE_LSE, False, kb0, kb1, split)
+                local += 1
     tma.store_wait(pendings=0)
 
 
@@ -490,6 +638,7 @@ def attn_fwd_gluon_ws_kernel(
     HEAD_DIM: gl.constexpr, BLOCK_N: gl.constexpr, NUM_STAGES: gl.constexpr,
     CAUSAL: gl.constexpr, STORE_LSE: gl.constexpr, NUM_CONSUMERS: gl.constexpr,
     CONSUMER_REGS: gl.constexpr, DYNAMIC_SCHEDULE: gl.constexpr = False, tile_counter=None,
+    SPLIT_TAIL: gl.constexpr = False, partials=None,
 ):
     """Persistent: G programs (at most one per tile) take the tiles of 64·NUM_CONSUMERS query
     rows in :func:`flashrepro.kernels.fwd.tile_coords`' order (heaviest first within each
@@ -547,8 +696,11 @@ def attn_fwd_gluon_ws_kernel(
     producer_args = (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, bars, num_batch,
                      num_heads, kv_group, heads_per_group, seqlen_q, seqlen_k, causal_offset,
                      num_tiles, CAUSAL)
+    # (no * here: Triton's frontend)
     if DYNAMIC_SCHEDULE:
-        producer_args = producer_args + (tile_smem, tile_counter)  # noqa: RUF005 (no * here)
+        producer_args = producer_args + (tile_counter, tile_smem)  # noqa: RUF005
+    elif SPLIT_TAIL:
+        producer_args = producer_args + (tile_counter,)  # noqa: RUF005
     # Consumer 0 is the default partition (the launch's 4 warps); the other consumers and the
     # producer warp are workers, each with its register budget. The consumers' arguments are
     # written out: Triton 3.6's frontend takes neither *args nor a tuple concatenated with a
@@ -558,11 +710,11 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, tile_smem, tile_counter, partials)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, tile_smem, tile_counter, partials)),
             (_producer, producer_args),
         ], [4, 1], [CONSUMER_REGS, PRODUCER_REGS])
     else:
@@ -570,15 +722,15 @@ def attn_fwd_gluon_ws_kernel(
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(0), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, tile_smem, tile_counter, partials)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(1), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, tile_smem, tile_counter, partials)),
             (_consumer, (o_desc, LSE, q_smem, k_smem, v_smem, o_smem, bars, stride_lb,
                          stride_lh, num_batch, num_heads, kv_group, heads_per_group, seqlen_q,
                          seqlen_k, causal_offset, qk_scale, num_tiles, gl.constexpr(2), CAUSAL,
-                         STORE_LSE, tile_smem)),
+                         STORE_LSE, tile_smem, tile_counter, partials)),
             (_producer, producer_args),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, PRODUCER_REGS])
 
@@ -587,7 +739,7 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
                 lse: torch.Tensor, *, causal: bool, qk_scale: float, causal_offset: int,
                 heads_per_group: int, store_lse: bool, block_n: int, num_stages: int,
                 num_programs: int | None, num_consumers: int = 2,
-                dynamic_schedule: bool = False) -> KernelCall:
+                dynamic_schedule: bool = False, split_tail: bool = False) -> KernelCall:
     """The launch of :func:`attn_fwd_gluon_ws_kernel` on these tensors, as data (nothing
     runs): tiles of 64·num_consumers rows, 4 warps per consumer and one producer warp.
 
@@ -606,10 +758,18 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
             that the kernel leaves at 0; the returned call holds an empty placeholder (no
             memory), which the launcher replaces by its stream's counter
             (``KernelCall.with_counter``, :func:`flashrepro.counters.stream_counters`).
+        split_tail: the persistent programs split the last two rounds' tiles into equal
+            shares of key blocks (:func:`_split_tail`; ``KernelConfig.split_tail``). It takes
+            a stream counter as ``dynamic_schedule`` does (one ticket per tile and consumer of
+            the tail, at most :data:`~flashrepro.counters.MIN_COUNTERS`) and float32 scratch,
+            the keyword argument :data:`~flashrepro.kernels.call.SCRATCH`, of
+            ``KernelCall.scratch`` elements, which the launcher allocates per launch.
 
     Raises:
         ValueError: num_consumers not 2 or 3, or 3 with D other than 64 (its registers);
-            dynamic_schedule without num_programs (it needs the persistent grid).
+            dynamic_schedule without num_programs (it needs the persistent grid); split_tail
+            with causal, dynamic_schedule or without num_programs (its tiles must be equal,
+            its grid persistent).
     """
     b, h, lq, d = q.shape
     if num_consumers not in REGISTERS or (num_consumers == 3 and d != 64):
@@ -617,6 +777,10 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
                          f"with D = {d}")
     if dynamic_schedule and num_programs is None:
         raise ValueError("dynamic_schedule needs num_programs (a persistent grid), got None")
+    if split_tail and (causal or dynamic_schedule or num_programs is None):
+        raise ValueError("split_tail needs a non-causal, static persistent launch (num_programs "
+                         f"given); got causal={causal}, dynamic_schedule={dynamic_schedule}, "
+                         f"num_programs={num_programs}")
     consumer_regs, maxnreg = REGISTERS[num_consumers]
     lk = k.shape[2]
     tiles = b * h * triton.cdiv(lq, CONSUMER_ROWS.value * num_consumers)
@@ -624,12 +788,20 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     kwargs = dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
                   STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
                   num_warps=4, maxnreg=maxnreg)
-    if dynamic_schedule:
-        kwargs.update({"DYNAMIC_SCHEDULE": True,
-                       STREAM_COUNTER: torch.empty(0, dtype=torch.int32, device=q.device)})
+    scratch = 0
+    if dynamic_schedule or split_tail:
+        kwargs[STREAM_COUNTER] = torch.empty(0, dtype=torch.int32, device=q.device)
+        kwargs["DYNAMIC_SCHEDULE" if dynamic_schedule else "SPLIT_TAIL"] = True
+    if split_tail:
+        if 2 * grid[0] * num_consumers > MIN_COUNTERS:  # a ticket per tail tile and consumer
+            raise ValueError(f"split_tail takes up to {MIN_COUNTERS // (2 * num_consumers)} "
+                             f"programs, got {grid[0]}")
+        # Two slots per program and consumer (the part at each end of its share).
+        scratch = 2 * grid[0] * num_consumers * CONSUMER_ROWS.value * (d + 2)
+        kwargs[SCRATCH] = torch.empty(0, dtype=torch.float32, device=q.device)
     return KernelCall(attn_fwd_gluon_ws_kernel, grid, (
         tma_descriptor(q, CONSUMER_ROWS.value), tma_descriptor(k, block_n),
         tma_descriptor(v, block_n), tma_descriptor(o, CONSUMER_ROWS.value),
         lse, lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
-    ), kwargs)
+    ), kwargs, scratch)
