@@ -51,8 +51,8 @@ from flashrepro_harness.problem import Problem, load_article
 EDITS = [  # (text in the kernel, replacement): each must occur exactly once
     ("import torch\nimport triton\n",
      "import torch\nimport triton\nimport triton.profiler.language as pl\n"),
-    ("    # -- block 0: S_0 and its softmax, nothing to overlap with yet --\n",
-     "    # -- block 0: S_0 and its softmax, nothing to overlap with yet --\n"
+    ("    # -- the first block: S and its softmax, nothing to overlap with yet --\n",
+     "    # -- the first block: S and its softmax, nothing to overlap with yet --\n"
      "    pl.enter_scope(\"wait_q_k0\")\n"),
     ("    mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)\n    # Ping-pong",
      "    mbarrier.wait(k_ready.index(slot), (it // NUM_STAGES) & 1)\n"
@@ -67,8 +67,8 @@ EDITS = [  # (text in the kernel, replacement): each must occur exactly once
     ("    tma.store_wait(pendings=0)  # the previous tile's output has left o_tile\n",
      "    pl.exit_scope(\"last_pv\")\n    pl.enter_scope(\"epilogue\")\n"
      "    tma.store_wait(pendings=0)  # the previous tile's output has left o_tile\n"),
-    ("    return it + n_blocks\n",
-     "    pl.exit_scope(\"epilogue\")\n    return it + n_blocks\n"),
+    ("    return base + kb1\n",
+     "    pl.exit_scope(\"epilogue\")\n    return base + kb1\n"),
 ]
 PHASES = ["wait_q_k0", "block0", "loop", "last_pv", "epilogue"]
 # Per CTA, a global buffer split evenly over the kernel's 12 warps; each share must be a power
