@@ -225,6 +225,52 @@ def test_a_dynamic_plan_passes_its_streams_counter(monkeypatch: pytest.MonkeyPat
     assert seen[-1] is None and fetched == [1]
 
 
+def test_a_split_tail_plan_fetches_its_tickets_and_scratch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plan of the split tail asks the stream for the call's ticket count (2 per program and
+    consumer; a CUDA-graph capture gets exactly that many) and allocates the call's float32
+    scratch at every launch, into the tail slots the kernel takes them in."""
+    import dataclasses
+
+    from flashrepro.configs import NAMED
+    from flashrepro.kernels.call import IO_ARGS, SCRATCH, STREAM_COUNTER
+    from tests.selection import choose
+
+    q = torch.zeros(3, 64, 900, 128, dtype=torch.float16)
+    chosen = choose(q, q, q, arch=90, causal=False, num_sms=132,
+                    config=dataclasses.replace(NAMED["fa3-ws"], split_tail=True))
+    call = chosen.call
+    assert call.counters == 2 * 132 * 2 and call.scratch == 2 * 132 * 2 * 64 * 130
+    plan = launch._plan(chosen, None, tuple(q.shape), q.stride(), tuple(q.shape[:3]), None)
+    values = call.ordered_values()
+    assert values is not None and plan.counter_slot is not None
+    assert plan.scratch_slot is not None
+    assert values[IO_ARGS + plan.counter_slot] is call.kwargs[STREAM_COUNTER]
+    assert values[IO_ARGS + plan.scratch_slot] is call.kwargs[SCRATCH]
+
+    fetched: list[int] = []
+    seen: list[list] = []
+
+    class FakeDirect:
+        tail = [None] * 4
+
+        def on_stream(self, grid, device, io, tail=None) -> None:
+            seen.append(tail)
+
+    def counters(device: torch.device, count: int) -> torch.Tensor:
+        fetched.append(count)
+        return torch.zeros(count, dtype=torch.int32)
+
+    monkeypatch.setattr(launch, "stream_counters", counters)
+    small = dataclasses.replace(plan, direct=FakeDirect(), counter_slot=1, scratch_slot=3,
+                                out_shape=(1, 1, 1, 4), out_stride=(4, 4, 4, 1))
+    x = torch.zeros(1, 1, 1, 4)
+    small.launch(x, x, x)
+    assert fetched == [528]
+    assert seen[-1][1].numel() == 528 and seen[-1][3].dtype == torch.float32
+    assert seen[-1][3].numel() == call.scratch
+
+
 def test_a_placeholder_counter_is_never_launched() -> None:
     """KernelCall.run refuses a call whose stream counter is still the empty placeholder (its
     atomics would write address 0) and names the fix."""

@@ -284,7 +284,9 @@ def test_gpu_split_tail_streams_and_graphs(name: str, d: int, dtype: torch.dtype
     rows (3·64·5 of 192) on 132 programs leave a remainder, Lq = 900 and Lk = 1000 are ragged.
     Three launches of one plan on each of two streams at once, with the LSE, and a CUDA graph
     replayed on new inputs all pass parity (NaN-poisoned outputs); the streams' counters are
-    back at 0 afterwards."""
+    back at 0 afterwards. In the graph a tensor of 7s is made right after the call: the
+    capture's counters are exactly the launch's tickets, so tickets past them would read and
+    clear its memory on the next replay."""
     import dataclasses
 
     from flashrepro import counters
@@ -317,6 +319,7 @@ def test_gpu_split_tail_streams_and_graphs(name: str, d: int, dtype: torch.dtype
     torch.cuda.synchronize()
     with torch.cuda.graph(graph):
         o = flashrepro.attention(q, k, v, config=cfg)
+        sevens = torch.full((1 << 16,), 7, dtype=torch.int32, device=device)
     for _ in range(2):
         for t, new in zip((q, k, v), random_qkv(3, 64, 900, 1000, d, dtype, device),
                           strict=True):
@@ -325,6 +328,7 @@ def test_gpu_split_tail_streams_and_graphs(name: str, d: int, dtype: torch.dtype
         graph.replay()
         torch.cuda.synchronize()
         assert_parity(o, None, q, k, v, causal=False)
+        assert bool((sevens == 7).all())
 
 
 @pytest.mark.gpu

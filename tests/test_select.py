@@ -256,22 +256,46 @@ def test_a_table_split_tail_needs_10_tiles_per_program(
     call = chosen.call
     assert ("SPLIT_TAIL" in call.kwargs) is split
     assert call.scratch == (2 * 64 * 2 * 64 * (q.shape[3] + 2) if split else 0)
+    assert call.counters == (2 * 64 * 2 if split else 0)  # a ticket per tail tile and consumer
     if split:
         assert call.kwargs["tile_counter"].numel() == call.kwargs["partials"].numel() == 0
         with pytest.raises(ValueError, match="tile_counter is an empty placeholder"):
             call.run()
-        with pytest.raises(ValueError, match=r"partials holds 0 elements, the launch needs"):
+        with pytest.raises(ValueError, match=r"tile_counter holds 1 counters, the launch needs "
+                                             "256"):
             call.with_counter(torch.zeros(1, dtype=torch.int32)).run()
+        with pytest.raises(ValueError, match=r"partials holds 0 elements, the launch needs"):
+            call.with_counter(torch.zeros(256, dtype=torch.int32)).run()
     named = choose(q, k, v, arch=90, causal=False, num_sms=64, config=cfg)
     assert named.config == cfg and "SPLIT_TAIL" in named.call.kwargs
+    # measured at Lk = Lq only: shorter key ranges (shorter tiles) keep the whole tiles
+    short = choose(q, k[:, :, :500], v[:, :, :500], arch=90, causal=False, num_sms=64)
+    assert not short.config.split_tail and "SPLIT_TAIL" not in short.call.kwargs
 
 
 def test_split_tail_is_refused_under_a_causal_mask() -> None:
-    """The split tail shares equal tiles out: a causal call with it is refused by name."""
+    """The split tail shares equal tiles out: a causal call with it is refused by name, by
+    select() and by the kernel's launch builder, as are its other rules there."""
+    from flashrepro.kernels import fwd_gluon_ws
+
     q, k, v = _qkv(b=2, lq=512)
     with pytest.raises(ValueError, match="split_tail needs causal=False"):
         choose(q, k, v, arch=90, causal=True, num_sms=64,
                config=KernelConfig.parse("128x128 w8 s2 tma overlap ws split"))
+    o, lse = torch.empty_like(q), torch.empty(q.shape[:3])
+    common = dict(qk_scale=1.0, causal_offset=0, heads_per_group=1, store_lse=False,
+                  block_n=128, num_stages=2)
+    for bad in (dict(causal=True, num_programs=64), dict(causal=False, num_programs=None),
+                dict(causal=False, num_programs=64, dynamic_schedule=True)):
+        with pytest.raises(ValueError, match="split_tail needs a non-causal, static persistent"):
+            fwd_gluon_ws.kernel_call(q, k, v, o, lse, **common, **bad, split_tail=True)
+    many = _qkv(b=64, lq=512)[0]  # 1024 programs of two consumers: 4096 tickets, the most
+    fwd_gluon_ws.kernel_call(many, many, many, many, lse, **common, causal=False,
+                             num_programs=1024, split_tail=True)
+    with pytest.raises(ValueError, match="split_tail takes up to 1024 programs, got 1028"):
+        big = _qkv(b=65, lq=512)[0]
+        fwd_gluon_ws.kernel_call(big, big, big, big, lse, **common, causal=False,
+                                 num_programs=1028, split_tail=True)
 
 
 @pytest.mark.parametrize(("config", "causal", "balanced"), [

@@ -78,7 +78,7 @@ def test_default_launch_on_sm90_runs_a_kernel_that_can(key: str) -> None:
         if runnable:
             tiles = h * -(-lq // cfg.block_m)
             few = tiles < MIN_DYNAMIC_TILES_PER_PROGRAM * 132  # the static order then
-            few_split = tiles < MIN_SPLIT_TILES_PER_PROGRAM * 132  # no split tail then
+            few_split = tiles < MIN_SPLIT_TILES_PER_PROGRAM * 132 or lk < lq  # no split then
             assert chosen.config == replace(cfg, dynamic_schedule=cfg.dynamic_schedule and not few,
                                             split_tail=cfg.split_tail and not few_split)
             assert kw.get("SPLIT_TAIL", False) == chosen.config.split_tail, case

@@ -237,6 +237,14 @@ SPLIT_MUTANTS = {
     "split: the head part names the wrong other slot": (
         ("                other = head * (2 * pid + 2) + (1 - head) * (2 * pid - 1)\n",
          "                other = head * (2 * pid + 3) + (1 - head) * (2 * pid - 1)\n"),),
+    "split: tickets by the launch's tile, not the tail's": (
+        ("other * NUM_CONSUMERS + CONSUMER, t * NUM_CONSUMERS + CONSUMER)",
+         "other * NUM_CONSUMERS + CONSUMER, tile * NUM_CONSUMERS + CONSUMER)"),),
+    "split: slots three apart": (
+        ("                mine = 2 * pid + head\n"
+         "                other = head * (2 * pid + 2) + (1 - head) * (2 * pid - 1)\n",
+         "                mine = 3 * pid + head\n"
+         "                other = head * (3 * pid + 3) + (1 - head) * (3 * pid - 2)\n"),),
     "split: the tail starts a round late": (
         ("    if num_tiles % nprog != 0:\n        rounds -= 1\n", ""),),
 }

@@ -718,7 +718,8 @@ class Sim:
                      desc: Any, off_b: int, off_h: int, *rest: Any) -> None:
         """The split tail's epilogue, by its contract: a whole tile stores; of a split tile's
         two parts (warp 0 of each consumer recording) the second stores both parts' sums. The
-        parts must name each other's slots and one ticket."""
+        parts must name each other's slots and one ticket, inside the launch's scratch
+        (2·G·consumers slots) and tickets (one per tail tile and consumer)."""
         *_, split, whole = rest
         if whole:
             self._store(acc, m, l_i, row0, rows, o, desc, off_b, off_h)
@@ -727,6 +728,12 @@ class Sim:
         if me.ctx["warp"] != 0:
             return
         _, _, mine, other, ticket = split
+        p = self.p
+        rounds = p.tiles // p.programs - (p.tiles % p.programs != 0)
+        slots, tickets = 2 * p.programs * p.consumers, (p.tiles - rounds * p.programs) * p.consumers
+        if not (0 <= mine < slots and 0 <= other < slots and 0 <= ticket < tickets):
+            raise SimError(f"rows ({off_b}, {off_h}, {row0}): slots {mine}, {other} of {slots}, "
+                           f"ticket {ticket} of {tickets}")
         parts = self.parts.setdefault((int(off_b), int(off_h), int(row0)), [])
         parts.append((int(mine), int(other), int(ticket), acc))
         if len(parts) == 2:

@@ -2,10 +2,11 @@
 
 Two kernels take such counters: the decode kernel's key splits (the last split of a tile
 merges the parts, :mod:`flashrepro.kernels.decode`) and the persistent ws kernel's dynamic
-tile schedule (:mod:`flashrepro.kernels.fwd_gluon_ws`). Each launch finds its counters at 0
-and puts them back to 0 before it ends, so launches that run one after another can share
-them; launches that run at the same time must not. Launches on one CUDA stream run one after
-another (none of these kernels is launched with programmatic dependent launch), so
+tile schedule and split tail (one ticket per split tile and consumer; its size is
+``KernelCall.counters``, :mod:`flashrepro.kernels.fwd_gluon_ws`). Each launch finds its
+counters at 0 and puts them back to 0 before it ends, so launches that run one after another
+can share them; launches that run at the same time must not. Launches on one CUDA stream run
+one after another (none of these kernels is launched with programmatic dependent launch), so
 :func:`stream_counters` keeps one buffer per stream.
 """
 

@@ -163,7 +163,7 @@ class LaunchPlan:
             self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse))
         else:
             tail = list(self.direct.tail)
-            tail[self.counter_slot] = stream_counters(q.device, 1)
+            tail[self.counter_slot] = stream_counters(q.device, self.call.counters)
             if self.scratch_slot is not None:
                 tail[self.scratch_slot] = torch.empty(self.call.scratch, dtype=torch.float32,
                                                       device=q.device)
@@ -177,7 +177,7 @@ def _with_stream_buffers(call: KernelCall, device: torch.device) -> KernelCall:
     :data:`~flashrepro.kernels.call.SCRATCH`); other calls unchanged, nothing fetched."""
     if call.counter_slot() is None:
         return call
-    call = call.with_counter(stream_counters(device, 1))
+    call = call.with_counter(stream_counters(device, call.counters))
     if call.scratch_slot() is None:
         return call
     return call.with_scratch(torch.empty(call.scratch, dtype=torch.float32, device=device))

@@ -41,9 +41,9 @@ The rules, in the order applied:
    static snake order, which pairs each program's heavy causal tile with a light one
    (lab/2026-12-03-dynamic-schedule-tile-count/). ``config.split_tail`` (no causal mask)
    has the static grid share its last two rounds out as runs of key blocks; a table config
-   keeps it only with at least :data:`MIN_SPLIT_TILES_PER_PROGRAM` tiles per program, where
-   it was measured (lab/2026-12-03-split-tail/). The table is tuned at B·L = 16384: 15.5
-   tiles of 128 rows per program on 132 SMs, 10.4-11.6 of 192 rows.
+   keeps it only with at least :data:`MIN_SPLIT_TILES_PER_PROGRAM` tiles per program and
+   Lk >= Lq, where it was measured (lab/2026-12-03-split-tail/). The table is tuned at
+   B·L = 16384: 15.5 tiles of 128 rows per program on 132 SMs, 10.4-11.6 of 192 rows.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ MIN_DYNAMIC_TILES_PER_PROGRAM = 3
 """Tiles per persistent program from which a table config keeps its dynamic schedule (rule 7)."""
 MIN_SPLIT_TILES_PER_PROGRAM = 10
 """Tiles per persistent program from which a table config keeps its split tail (rule 7): the
-fewest it was measured at is 10.4 (lab/2026-12-03-split-tail/)."""
+fewest it was measured at is 10.4 (lab/2026-12-03-split-tail/). It was measured at Lk = Lq
+only and loses on short tiles, so it is kept only where Lk >= Lq as well."""
 
 
 @dataclass(frozen=True)
@@ -182,28 +183,30 @@ def heads_per_group(bh: int, lk: int, d: int, element_size: int, l2_bytes: int,
     return next(g for g in range(bound, 0, -1) if 2 * (bh % g) >= g)
 
 
-def table_schedule(cfg: KernelConfig, batch_heads: int, seqlen_q: int,
-                   num_sms: int) -> KernelConfig:
+def table_schedule(cfg: KernelConfig, batch_heads: int, seqlen_q: int, num_sms: int,
+                   seqlen_k: int | None = None) -> KernelConfig:
     """A table config's schedule for a launch over ``batch_heads`` (batch, query head) pairs of
     ``seqlen_q`` rows on ``num_sms`` SMs (rule 7 of the module docstring): ``cfg``, without its
     dynamic schedule below :data:`MIN_DYNAMIC_TILES_PER_PROGRAM` tiles per program, without
-    its split tail below :data:`MIN_SPLIT_TILES_PER_PROGRAM`."""
+    its split tail below :data:`MIN_SPLIT_TILES_PER_PROGRAM` or with ``seqlen_k`` (None: as
+    ``seqlen_q``) shorter than ``seqlen_q``."""
     num_tiles = batch_heads * triton.cdiv(seqlen_q, cfg.block_m)
     if cfg.dynamic_schedule and num_tiles < MIN_DYNAMIC_TILES_PER_PROGRAM * num_sms:
         return replace(cfg, dynamic_schedule=False)
-    if cfg.split_tail and num_tiles < MIN_SPLIT_TILES_PER_PROGRAM * num_sms:
+    short_keys = seqlen_k is not None and seqlen_k < seqlen_q
+    if cfg.split_tail and (num_tiles < MIN_SPLIT_TILES_PER_PROGRAM * num_sms or short_keys):
         return replace(cfg, split_tail=False)
     return cfg
 
 
 def default_launch(head_dim: int, causal: bool, seqlen_q: int, arch: int | None,
-                   batch_heads: int, num_sms: int) -> KernelConfig:
+                   batch_heads: int, num_sms: int, seqlen_k: int | None = None) -> KernelConfig:
     """The config :func:`select` starts from without ``config``: the tuned table's entry
     (:func:`~flashrepro.configs.default_config` for the code arch ``arch``) with its schedule
     for the launch (:func:`table_schedule`). Where the Gluon kernel cannot run, :func:`select`
     then falls back to :data:`~flashrepro.configs.TRITON_FALLBACK`."""
     return table_schedule(default_config(head_dim, causal, seqlen_q, arch), batch_heads,
-                          seqlen_q, num_sms)
+                          seqlen_q, num_sms, seqlen_k)
 
 
 def _tma_ok(tensors: tuple[torch.Tensor, ...], lk: int, arch: int | None) -> bool:
@@ -271,7 +274,7 @@ def select(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
     if isinstance(config, KernelConfig):
         cfg = config
     elif config is None:
-        cfg = default_launch(d, causal, lq, built, b * h, num_sms)
+        cfg = default_launch(d, causal, lq, built, b * h, num_sms, lk)
     else:
         cfg = NAMED[config]
     if cfg.split_tail and causal:

@@ -42,6 +42,9 @@ class KernelCall:
             maxnreg).
         scratch: float32 elements of the :data:`SCRATCH` argument, 0 where the kernel takes
             none.
+        counters: int32 counters at 0 that the :data:`STREAM_COUNTER` argument must hold (the
+            launcher asks :func:`flashrepro.counters.stream_counters` for this many: a CUDA-graph
+            capture gets exactly that many), 0 where the kernel takes none.
     """
 
     kernel: Any
@@ -49,6 +52,7 @@ class KernelCall:
     args: tuple[Any, ...]
     kwargs: dict[str, Any] = field(default_factory=dict)
     scratch: int = 0
+    counters: int = 0
 
     def run(self) -> CompiledKernel | None:
         """Launch through Triton's JIT path (compiling on first use); returns its result, the
@@ -56,15 +60,20 @@ class KernelCall:
 
         Raises:
             ValueError: the kernel takes a :data:`STREAM_COUNTER` and the call still holds the
-                empty placeholder (its atomics would write address 0), or a :data:`SCRATCH`
-                smaller than :attr:`scratch`.
+                empty placeholder (its atomics would write address 0) or fewer than
+                :attr:`counters`, or a :data:`SCRATCH` that is empty or smaller than
+                :attr:`scratch`.
         """
         counter = self.kwargs.get(STREAM_COUNTER)
         if isinstance(counter, torch.Tensor) and counter.numel() == 0:
-            raise ValueError(f"{STREAM_COUNTER} is an empty placeholder: pass a counter at 0 "
-                             "with with_counter(flashrepro.counters.stream_counters(device, 1))")
+            raise ValueError(f"{STREAM_COUNTER} is an empty placeholder: pass counters at 0 "
+                             "with with_counter(flashrepro.counters.stream_counters(device, "
+                             f"{max(self.counters, 1)}))")
+        if isinstance(counter, torch.Tensor) and counter.numel() < self.counters:
+            raise ValueError(f"{STREAM_COUNTER} holds {counter.numel()} counters, the launch "
+                             f"needs {self.counters}: pass them with with_counter()")
         scratch = self.kwargs.get(SCRATCH)
-        if isinstance(scratch, torch.Tensor) and scratch.numel() < self.scratch:
+        if isinstance(scratch, torch.Tensor) and scratch.numel() < max(self.scratch, 1):
             raise ValueError(f"{SCRATCH} holds {scratch.numel()} elements, the launch needs "
                              f"{self.scratch}: pass them with with_scratch()")
         return self.kernel[self.grid](*self.args, **self.kwargs)

@@ -31,7 +31,10 @@ reused), with FA3's other means (J. Shah et al., "FlashAttention-3", 2024, secti
   program with a round's heaviest tile gets the next round's lightest. With DYNAMIC_SCHEDULE
   (``KernelConfig.dynamic_schedule``) the producer instead claims each next tile, in the same
   order, from a global atomic counter (FA3's DynamicPersistentTileScheduler) and hands its
-  index to the consumers beside the Q tile.
+  index to the consumers beside the Q tile. Without a causal mask (equal tiles), SPLIT_TAIL
+  (``KernelConfig.split_tail``) shares the last two rounds' tiles out as equal runs of key
+  blocks, so no program idles through the last round (:func:`_split_tail`); the two parts of
+  a split tile merge through scratch (:func:`_finish_part`).
 
 A tile is 128 query rows (two consumers; three give FA3's 192-row tile for D = 64, config
 fa3-ws3); consumer warpgroup c owns rows [64·c, 64·c + 64) of it, with its own Q tile,
@@ -651,7 +654,10 @@ def attn_fwd_gluon_ws_kernel(
     k_desc/v_desc over (B, H_kv, Lk, D), block [1, 1, BLOCK_N, D]. LSE is (B, H, Lq) fp32.
     tile_counter (DYNAMIC_SCHEDULE only): one int32 that is 0 at launch; the kernel leaves it
     at 0, so launches in one stream may share it, concurrent launches may not
-    (:mod:`flashrepro.counters`).
+    (:mod:`flashrepro.counters`). SPLIT_TAIL (no causal mask, static schedule): the last two
+    rounds split as :func:`_split_tail` says; tile_counter then holds a ticket per tail tile
+    and consumer (2·G·NUM_CONSUMERS int32 at 0, left at 0) and partials 2·G·NUM_CONSUMERS
+    float32 slots of 64·(HEAD_DIM + 2) (:func:`_finish_part`).
     """
     dtype: gl.constexpr = q_desc.dtype
     TILE_M: gl.constexpr = CONSUMER_ROWS * NUM_CONSUMERS
@@ -788,12 +794,15 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     kwargs = dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
                   STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
                   num_warps=4, maxnreg=maxnreg)
-    scratch = 0
+    scratch = counters = 0
+    if dynamic_schedule:
+        counters = 1
     if dynamic_schedule or split_tail:
         kwargs[STREAM_COUNTER] = torch.empty(0, dtype=torch.int32, device=q.device)
         kwargs["DYNAMIC_SCHEDULE" if dynamic_schedule else "SPLIT_TAIL"] = True
     if split_tail:
-        if 2 * grid[0] * num_consumers > MIN_COUNTERS:  # a ticket per tail tile and consumer
+        counters = 2 * grid[0] * num_consumers  # a ticket per tail tile (< 2·G) and consumer
+        if counters > MIN_COUNTERS:
             raise ValueError(f"split_tail takes up to {MIN_COUNTERS // (2 * num_consumers)} "
                              f"programs, got {grid[0]}")
         # Two slots per program and consumer (the part at each end of its share).
@@ -804,4 +813,4 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
         tma_descriptor(v, block_n), tma_descriptor(o, CONSUMER_ROWS.value),
         lse, lse.stride(0), lse.stride(1),
         b, h, h // k.shape[1], heads_per_group, lq, lk, causal_offset, qk_scale,
-    ), kwargs, scratch)
+    ), kwargs, scratch, counters)

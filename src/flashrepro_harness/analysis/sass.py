@@ -49,7 +49,7 @@ def _configs(target: str, problem: Problem) -> list[tuple[str, KernelConfig, str
     arch = TARGETS[target].arch
     default = default_launch(problem.head_dim, problem.causal, problem.seqlen_q,
                              TARGETS[target].config_arch, problem.batch * problem.heads,
-                             STAND_IN_NUM_SMS)
+                             STAND_IN_NUM_SMS, problem.seqlen_k)
     if not TARGETS[target].wgmma and default.overlap:
         default = TRITON_FALLBACK  # api.attention runs Gluon on sm_90's wgmma path only
     if default.tma and arch < 90:  # api.attention falls back to pointer loads below sm_90

@@ -181,7 +181,7 @@ def measure(problem: Problem, names: list[str], rounds: int, calls: int,
             sms = torch.cuda.get_device_properties("cuda").multi_processor_count
             rec["config"] = default_launch(  # what select() runs
                 problem.head_dim, problem.causal, problem.seqlen_q, launch_arch(),
-                problem.batch * problem.heads, sms).as_dict()
+                problem.batch * problem.heads, sms, problem.seqlen_k).as_dict()
         elif base in K.LAUNCHES:
             rec["config"] = K.LAUNCHES[base].as_dict()
         records.append(rec)
