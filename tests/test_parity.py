@@ -236,42 +236,10 @@ def test_gpu_dynamic_schedule_streams_and_graphs(name: str, d: int, causal: bool
     outputs); every counter of the two streams is back at 0 afterwards."""
     import dataclasses
 
-    from flashrepro import counters
     from flashrepro.configs import NAMED
-    from tests.reference import assert_parity, poisoned_like
 
     cfg = dataclasses.replace(NAMED[name], dynamic_schedule=True)
-    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
-    cases = [random_qkv(3, 64, 900, 1000, d, torch.float16, device) for _ in streams]
-    outs = [[poisoned_like(q) for _ in range(3)] for q, _, _ in cases]
-    torch.cuda.synchronize()
-    for i in range(3):
-        for stream, (q, k, v), out in zip(streams, cases, outs, strict=True):
-            with torch.cuda.stream(stream):
-                flashrepro.attention(q, k, v, causal=causal, config=cfg, out=out[i])
-    torch.cuda.synchronize()
-    for (q, k, v), out in zip(cases, outs, strict=True):
-        for o in out:
-            assert_parity(o, None, q, k, v, causal=causal)
-    mine = [t for key, t in counters._BUFFERS.items()
-            if key[1] in {s.cuda_stream for s in streams}]
-    assert len(mine) == 2 and all(int(t.abs().max()) == 0 for t in mine)
-
-    q, k, v = (t.clone() for t in cases[0])
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(streams[0]):  # warm-up (the plan) outside the capture
-        flashrepro.attention(q, k, v, causal=causal, config=cfg)
-    torch.cuda.synchronize()
-    with torch.cuda.graph(graph):
-        o = flashrepro.attention(q, k, v, causal=causal, config=cfg)
-    for _ in range(2):
-        for t, new in zip((q, k, v), random_qkv(3, 64, 900, 1000, d, torch.float16, device),
-                          strict=True):
-            t.copy_(new)
-        o.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert_parity(o, None, q, k, v, causal=causal)
+    _check_streams_and_graph(cfg, d, torch.float16, causal, False, device)
 
 
 @pytest.mark.gpu
@@ -289,25 +257,39 @@ def test_gpu_split_tail_streams_and_graphs(name: str, d: int, dtype: torch.dtype
     clear its memory on the next replay."""
     import dataclasses
 
-    from flashrepro import counters
     from flashrepro.configs import NAMED
-    from tests.reference import assert_parity, poisoned_like
 
     cfg = dataclasses.replace(NAMED[name], split_tail=True)
+    _check_streams_and_graph(cfg, d, dtype, False, True, device)
+
+
+def _check_streams_and_graph(cfg: KernelConfig, d: int, dtype: torch.dtype, causal: bool,
+                             return_lse: bool, device: torch.device) -> None:
+    """The ws kernel's counters (flashrepro.counters) at ``cfg`` on 3 x 64 heads, Lq = 900,
+    Lk = 1000: three launches of one plan on each of two streams at once pass parity
+    (NaN-poisoned outputs, the LSE with ``return_lse``) and leave both streams' counters at 0;
+    then a CUDA graph, with a tensor of 7s made right after the captured call (a capture's
+    counters are exactly what the launch asks for, so counters past them would read and clear
+    its memory), replayed twice on new inputs, passes parity and leaves the 7s alone."""
+    from flashrepro import counters
+    from tests.reference import assert_parity, poisoned_like
+
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     cases = [random_qkv(3, 64, 900, 1000, d, dtype, device) for _ in streams]
     outs = [[poisoned_like(q) for _ in range(3)] for q, _, _ in cases]
-    lses = [[None] * 3 for _ in streams]
+    lses: list[list[torch.Tensor | None]] = [[None] * 3 for _ in streams]
     torch.cuda.synchronize()
     for i in range(3):
         for j, (stream, (q, k, v), out) in enumerate(zip(streams, cases, outs, strict=True)):
             with torch.cuda.stream(stream):
-                _, lses[j][i] = flashrepro.attention(q, k, v, config=cfg, out=out[i],
-                                                     return_lse=True)
+                result = flashrepro.attention(q, k, v, causal=causal, config=cfg, out=out[i],
+                                              return_lse=return_lse)
+                if return_lse:
+                    lses[j][i] = result[1]
     torch.cuda.synchronize()
     for (q, k, v), out, lse in zip(cases, outs, lses, strict=True):
         for o, m in zip(out, lse, strict=True):
-            assert_parity(o, m, q, k, v, causal=False)
+            assert_parity(o, m, q, k, v, causal=causal)
     mine = [t for key, t in counters._BUFFERS.items()
             if key[1] in {s.cuda_stream for s in streams}]
     assert len(mine) == 2 and all(int(t.abs().max()) == 0 for t in mine)
@@ -315,10 +297,10 @@ def test_gpu_split_tail_streams_and_graphs(name: str, d: int, dtype: torch.dtype
     q, k, v = (t.clone() for t in cases[0])
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.stream(streams[0]):  # warm-up (the plan) outside the capture
-        flashrepro.attention(q, k, v, config=cfg)
+        flashrepro.attention(q, k, v, causal=causal, config=cfg)
     torch.cuda.synchronize()
     with torch.cuda.graph(graph):
-        o = flashrepro.attention(q, k, v, config=cfg)
+        o = flashrepro.attention(q, k, v, causal=causal, config=cfg)
         sevens = torch.full((1 << 16,), 7, dtype=torch.int32, device=device)
     for _ in range(2):
         for t, new in zip((q, k, v), random_qkv(3, 64, 900, 1000, d, dtype, device),
@@ -327,7 +309,7 @@ def test_gpu_split_tail_streams_and_graphs(name: str, d: int, dtype: torch.dtype
         o.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        assert_parity(o, None, q, k, v, causal=False)
+        assert_parity(o, None, q, k, v, causal=causal)
         assert bool((sevens == 7).all())
 
 
