@@ -163,10 +163,9 @@ class LaunchPlan:
             self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse))
         else:
             tail = list(self.direct.tail)
-            tail[self.counter_slot] = stream_counters(q.device, self.call.counters)
+            tail[self.counter_slot], scratch = _stream_buffers(self.call, q.device)
             if self.scratch_slot is not None:
-                tail[self.scratch_slot] = torch.empty(self.call.scratch, dtype=torch.float32,
-                                                      device=q.device)
+                tail[self.scratch_slot] = scratch
             self.direct.on_stream(self.grid, q.get_device(), (q, k, v, o, lse), tail)
         return o, (None if self.lse_dummy is not None else lse)
 
@@ -177,10 +176,19 @@ def _with_stream_buffers(call: KernelCall, device: torch.device) -> KernelCall:
     :data:`~flashrepro.kernels.call.SCRATCH`); other calls unchanged, nothing fetched."""
     if call.counter_slot() is None:
         return call
-    call = call.with_counter(stream_counters(device, call.counters))
-    if call.scratch_slot() is None:
-        return call
-    return call.with_scratch(torch.empty(call.scratch, dtype=torch.float32, device=device))
+    counters, scratch = _stream_buffers(call, device)
+    call = call.with_counter(counters)
+    return call if scratch is None else call.with_scratch(scratch)
+
+
+def _stream_buffers(call: KernelCall, device: torch.device
+                    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A launch's buffers of ``call``: its count of the current stream's counters
+    (:func:`~flashrepro.counters.stream_counters`), and fresh float32 scratch of its size
+    (None where it takes none)."""
+    scratch = (torch.empty(call.scratch, dtype=torch.float32, device=device) if call.scratch
+               else None)
+    return stream_counters(device, call.counters), scratch
 
 
 _PLANS: dict[tuple[Any, ...], LaunchPlan] = {}

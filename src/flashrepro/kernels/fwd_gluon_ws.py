@@ -794,17 +794,19 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
     kwargs = dict(HEAD_DIM=d, BLOCK_N=block_n, NUM_STAGES=num_stages, CAUSAL=causal,
                   STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
                   num_warps=4, maxnreg=maxnreg)
-    scratch = counters = 0
-    if dynamic_schedule:
-        counters = 1
-    if dynamic_schedule or split_tail:
+    # The dynamic schedule's counter; the split tail's tickets, one per tail tile (< 2·G) and
+    # consumer. Placeholders here: the launcher passes its stream's (and fresh scratch).
+    counters = 1 if dynamic_schedule else 2 * grid[0] * num_consumers if split_tail else 0
+    scratch = 0
+    if counters:
         kwargs[STREAM_COUNTER] = torch.empty(0, dtype=torch.int32, device=q.device)
-        kwargs["DYNAMIC_SCHEDULE" if dynamic_schedule else "SPLIT_TAIL"] = True
+    if dynamic_schedule:
+        kwargs["DYNAMIC_SCHEDULE"] = True
     if split_tail:
-        counters = 2 * grid[0] * num_consumers  # a ticket per tail tile (< 2·G) and consumer
         if counters > MIN_COUNTERS:
             raise ValueError(f"split_tail takes up to {MIN_COUNTERS // (2 * num_consumers)} "
                              f"programs, got {grid[0]}")
+        kwargs["SPLIT_TAIL"] = True
         # Two slots per program and consumer (the part at each end of its share).
         scratch = 2 * grid[0] * num_consumers * CONSUMER_ROWS.value * (d + 2)
         kwargs[SCRATCH] = torch.empty(0, dtype=torch.float32, device=q.device)
