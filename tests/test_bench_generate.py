@@ -269,6 +269,35 @@ def test_measure_generate_runs_both_modes_on_a_tiny_model(on_the_cpu: Any) -> No
     assert all(0.0 <= r["step_agreement"] <= 1.0 for r in rows)
 
 
+class LoggedGeneration:
+    """A Generation stand-in: ``forwards()`` logs (name, forward) and yields as one does."""
+
+    def __init__(self, name: str, steps: int, log: list[tuple[str, int]]) -> None:
+        self.name, self.steps, self.log = name, steps, log
+
+    def forwards(self) -> Any:
+        for i in range(self.steps + 1):
+            self.log.append((self.name, i))
+            yield None
+        yield (self.name, 1.0, float(self.steps))
+
+
+def test_lockstep_runs_each_forward_side_by_side_in_rotated_order() -> None:
+    """Forward i of every implementation runs before forward i + 1 of any; the order rotates
+    at each forward and each round; each round gives every implementation its result."""
+    from flashrepro_harness.qwen3.generate import lockstep
+
+    log: list[tuple[str, int]] = []
+    gens = {n: LoggedGeneration(n, 3, log) for n in ("a", "b", "c")}
+    out = lockstep(gens, rounds=2)  # type: ignore[arg-type]
+    assert out == {n: [(n, 1.0, 3.0)] * 2 for n in "abc"}
+    first = log[:12]
+    assert [i for _, i in first] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert [n for n, _ in first] == list("abc" "bca" "cab" "abc")
+    assert [n for n, _ in log[12:15]] == list("bca")  # round 2 starts one further on
+    assert len(log) == 24
+
+
 def test_step_agreement_judges_each_step_on_the_reference_prefix() -> None:
     """One differing token costs one position, not every later one as in agreement()."""
     from flashrepro_harness.qwen3.generate import agreement, step_agreement

@@ -21,12 +21,17 @@ to one backend) and ``fa4`` (where it imports). Left out with the reason, not ru
 the static mode (transformers passes a boolean mask there, which that backend cannot take), and
 FA4 there (transformers gives it no mask, so it would read a static cache's unwritten slots).
 
-Timing: CUDA events before the prefill, after the first token and after the last decode step,
-no synchronisation in between; one warm-up generation per implementation first (eager: a few
-decode steps; static: a whole one, which compiles and records the CUDA graphs); then
-``rounds`` rounds, each one generation of every implementation in turn (order rotated), and
-the median. Tokens agree: the share of generated tokens before the first that differs from the
-reference's (``sdpa-flash`` eager at the same B, else the first SDPA backend there).
+Timing: CUDA events around each forward (with its argmax), no synchronisation in between;
+decode ms is the sum of a generation's decode forwards. One warm-up generation per
+implementation first (eager: a few decode steps; static: a whole one, which compiles and
+records the CUDA graphs); then ``rounds`` rounds and the median. In a round of the eager
+mode the implementations' generations run in lockstep (:func:`lockstep`: every prefill, then
+every first decode step, ..., the order rotated at each forward), so host drift, which moves
+a host-bound eager step by tens of percent within seconds, falls on all of them alike; a
+round of the static mode is one generation of every implementation in turn (order rotated),
+as CUDA-graph trees replay one compiled step at a time. Tokens agree: the share of generated
+tokens before the first that differs from the reference's (``sdpa-flash`` eager at the same
+B, else the first SDPA backend there).
 
 Packed-sequence prefill: ``seqs`` sequences of random lengths in [lo, hi] (seed 0), one
 forward each way with ``use_cache=False`` and last-position logits: ``packed``, concatenated in
@@ -41,7 +46,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -160,23 +165,38 @@ class Generation:
 
     def run(self, steps: int | None = None, forced: torch.Tensor | None = None
             ) -> tuple[torch.Tensor, float, float]:
+        generation = self.forwards(steps, forced)
+        while (result := next(generation, None)) is None:
+            pass
+        return result
+
+    def forwards(self, steps: int | None = None, forced: torch.Tensor | None = None
+                 ) -> Iterator[tuple[torch.Tensor, float, float] | None]:
+        """:meth:`run` one forward at a time: None after the prefill and after each decode
+        step (the caller may queue other work in between), then run()'s result. Each
+        forward, with its argmax, sits between two CUDA events of its own; decode ms is the
+        sum of the decode forwards' windows. No context stays entered between forwards."""
         from transformers import DynamicCache
 
         steps = self.steps if steps is None else steps
-        marks = [_event() for _ in range(3)]
         static = self.mode == "static"
+        windows = [(_event(), _event()) for _ in range(steps + 1)]
         with torch.inference_mode():
             if static:
                 self.cache.reset()
             cache = self.cache if static else DynamicCache(config=self.model.config)
             with build.sdpa_context(self.impl):
-                marks[0].record()
+                windows[0][0].record()
                 logits = self.model(self.ids, past_key_values=cache, use_cache=True,
                                     logits_to_keep=1).logits
                 token = logits[:, -1:].argmax(-1)
-                marks[1].record()
-            tokens = [token]
-            for step in range(steps):
+                windows[0][1].record()
+        yield None
+        tokens = [token]
+        for step in range(steps):
+            with torch.inference_mode():
+                start, end = windows[step + 1]
+                start.record()
                 if static:
                     torch.compiler.cudagraph_mark_step_begin()
                 if forced is not None:
@@ -184,11 +204,12 @@ class Generation:
                 logits = self.decode(input_ids=token, past_key_values=cache, use_cache=True,
                                      logits_to_keep=1).logits
                 token = logits[:, -1:].argmax(-1)
-                tokens.append(token)
-            marks[2].record()
+                end.record()
+            tokens.append(token)
+            yield None
         _synchronize()
-        return (torch.cat(tokens, dim=1), marks[0].elapsed_time(marks[1]),
-                marks[1].elapsed_time(marks[2]))
+        yield (torch.cat(tokens, dim=1), windows[0][0].elapsed_time(windows[0][1]),
+               sum(s.elapsed_time(e) for s, e in windows[1:]))
 
 
 def agreement(reference: torch.Tensor, tokens: torch.Tensor) -> float:
@@ -215,6 +236,28 @@ def interleave(runs: dict[str, Callable[[], Any]], rounds: int) -> dict[str, lis
     for r in range(rounds if names else 0):
         for name in names[r % len(names):] + names[:r % len(names)]:
             out[name].append(runs[name]())
+    return out
+
+
+def lockstep(generations: dict[str, Generation], rounds: int
+             ) -> dict[str, list[tuple[torch.Tensor, float, float]]]:
+    """Each generation's :meth:`Generation.run` result over ``rounds`` rounds, the
+    generations of a round run side by side: every implementation's prefill, then every
+    implementation's first decode step, and so on, the order rotated at each forward. A
+    forward of one implementation is timed seconds, not a whole generation, from the same
+    forward of the others, so a host whose speed drifts moves them alike (eager steps are
+    host-bound)."""
+    names = list(generations)
+    out: dict[str, list[tuple[torch.Tensor, float, float]]] = {n: [] for n in names}
+    for r in range(rounds if names else 0):
+        running = {n: generations[n].forwards() for n in names}
+        turn = r
+        while running:
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
+                if name in running and (result := next(running[name])) is not None:
+                    out[name].append(result)
+                    del running[name]
+            turn += 1
     return out
 
 
@@ -257,7 +300,8 @@ def measure_generate(models: dict[str, torch.nn.Module], modes: list[str], batch
                 except Exception as exc:
                     errors[key] = f"{type(exc).__name__}: {str(exc)[:500]}"
                     progress(f"{key}: left out ({errors[key][:200]})")
-            results = interleave({n: g.run for n, g in runners.items()}, rounds)
+            results = (lockstep(runners, rounds) if mode == "eager"
+                       else interleave({n: g.run for n, g in runners.items()}, rounds))
             last = {n: res[-1][0] for n, res in results.items()}
             ref_impl = next((i for i in ("sdpa-flash", *GEN_SDPA) if i in last), None)
             if mode == "eager" and ref_impl is not None:
@@ -356,8 +400,11 @@ def measure_packed(models: dict[str, torch.nn.Module], runs: list[tuple[str, str
 def method(prompt: int, new_tokens: int, rounds: int, packed: dict[str, Any] | None
            ) -> dict[str, Any]:
     """The results' ``method`` block."""
-    return {"timer": "cuda-events around the prefill and around the decode loop, no sync "
-                     "between",
+    return {"timer": "cuda-events around each forward, no sync between; decode: the sum of "
+                     "the decode forwards",
+            "interleaving": "eager: the implementations' generations in lockstep, the "
+                            "order rotated at each forward; static: one generation of each "
+                            "implementation in turn, order rotated each round",
             "prompt": prompt, "new_tokens": new_tokens, "decode_steps": new_tokens - 1,
             "rounds": rounds, "statistic": "median of rounds", "reference": "sdpa-flash",
             "warmup": f"one generation per implementation (eager: {EAGER_WARMUP_STEPS} decode "
