@@ -617,9 +617,37 @@ def test_gpu_split_counters_per_stream_end_at_zero() -> None:
     for _, q, k, v, seqused, o in outs:
         ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=True)
         assert_parity(o, None, ref, ref_lse, kvcache_sdpa(q, k, v, seqused, causal=True))
-    mine = {key: t for key, t in counters._BUFFERS.items()
-            if key[1] in {s.cuda_stream for s in streams}}
+    handles = {s.cuda_stream for s in streams}
+    mine = {key: t for key, t in counters._BUFFERS.items() if key[1] in handles}
     assert len(mine) == 2 and all(int(t.abs().max()) == 0 for t in mine.values())
+    scratch = [t.data_ptr() for key, t in counters._SCRATCH.items() if key[1] in handles]
+    assert len(scratch) == 2 and scratch[0] != scratch[1]
+
+
+@pytest.mark.gpu
+def test_gpu_split_scratch_grows_under_queued_launches() -> None:
+    """Split launches of growing size queued on one stream without a sync, so the stream's
+    scratch is replaced by a larger one while earlier launches that use it are still queued
+    (behind a busy-wait): every output is right."""
+    device = torch.device("cuda")
+    stream = torch.cuda.Stream()
+    cases = []
+    for b in (1, 4, 16, 2):
+        seqused = random_lengths(b, 4000)
+        cases.append((*make_cache(b, 16, 8, 1, 4000, 128, torch.bfloat16, device, seqused),
+                      seqused))
+    torch.cuda.synchronize()
+    outs = []
+    with torch.cuda.stream(stream):
+        torch.cuda._sleep(50_000_000)  # the launches below queue behind ~25 ms of waiting
+        for q, k, v, seqused in cases:
+            used = torch.tensor(seqused, dtype=torch.int32, device=device)
+            outs.append((used, flashrepro.attention_kvcache(q, k, v, used, causal=True,
+                                                            enable_gqa=True, num_splits=9)))
+    torch.cuda.synchronize()
+    for (q, k, v, seqused), (_, o) in zip(cases, outs, strict=True):
+        ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=True)
+        assert_parity(o, None, ref, ref_lse, kvcache_sdpa(q, k, v, seqused, causal=True))
 
 
 @pytest.mark.gpu

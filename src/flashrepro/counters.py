@@ -1,4 +1,6 @@
-"""int32 counters at 0 for kernels that count inside a launch and leave their counters at 0.
+"""Per-stream buffers of kernels that synchronise their programs inside a launch: int32
+counters at 0, which each launch leaves at 0, and float32 scratch for the parts a split
+merges.
 
 Two kernels take such counters: the decode kernel's key splits (the last split of a tile
 merges the parts, :mod:`flashrepro.kernels.decode`) and the persistent ws kernel's dynamic
@@ -7,12 +9,15 @@ tile schedule and split tail (one ticket per split tile and consumer; its size i
 counters at 0 and puts them back to 0 before it ends, so launches that run one after another
 can share them; launches that run at the same time must not. Launches on one CUDA stream run
 one after another (none of these kernels is launched with programmatic dependent launch), so
-:func:`stream_counters` keeps one buffer per stream.
+:func:`stream_counters` keeps one buffer per stream. The decode kernel's split parts are
+written and read within one launch too, so :func:`stream_scratch` keeps one per stream as well
+(an allocation per call is a few µs of host time on a host-bound decode step).
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import torch
 
@@ -25,6 +30,8 @@ _BUFFERS: dict[tuple[int, int], torch.Tensor] = {}
 """Counters per (GPU, raw stream handle). (A stream destroyed while its launches still run,
 whose handle CUDA hands to a new stream at once, would share them: torch's own streams are
 pooled and never destroyed.)"""
+_SCRATCH: dict[tuple[int, int], torch.Tensor] = {}
+"""float32 scratch per (GPU, raw stream handle), as :data:`_BUFFERS`."""
 _SIDE_STREAMS: dict[int, torch.cuda.Stream] = {}
 
 
@@ -36,24 +43,51 @@ def stream_counters(device: torch.device, count: int) -> torch.Tensor:
     on one stream never overlap, and two streams never share counters. In a CUDA-graph capture
     each launch gets fresh zeros (the memset is captured with it), so replays of graphs on
     several streams share nothing either. A stream's buffer is allocated by
-    :func:`_zeros_outside_pools`, and the launching stream waits for its zeros; no host sync.
+    :func:`_outside_pools`, and the launching stream waits for its zeros; no host sync.
     Off a GPU (the interpreter): fresh zeros."""
     if device.type != "cuda" or _capturing(device):
         return torch.zeros(count, dtype=torch.int32, device=device)
     key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
     counters = _BUFFERS.get(key)
     if counters is None or counters.numel() < count:
-        if len(_BUFFERS) >= MAX_STREAMS:  # a dropped buffer is freed after its streams' work
-            _BUFFERS.clear()
-        current = torch.cuda.current_stream(device)
-        side = _SIDE_STREAMS.get(device.index)
-        if side is None:
-            side = _SIDE_STREAMS[device.index] = torch.cuda.Stream(device)
-        counters = _zeros_outside_pools(device, side, max(count, MIN_COUNTERS))
-        current.wait_stream(side)
-        counters.record_stream(current)  # freed only after the launching stream's work
-        _BUFFERS[key] = counters
+        counters = _stream_buffer(_BUFFERS, key, device, max(count, MIN_COUNTERS), torch.zeros,
+                                  torch.int32)
     return counters
+
+
+def stream_scratch(device: torch.device, numel: int) -> torch.Tensor:
+    """At least ``numel`` float32 elements, uninitialised, for one launch on torch's current
+    stream of ``device`` that writes every element it reads within the launch.
+
+    Eager launches share one buffer per stream (grown to the largest request), as
+    :func:`stream_counters`' counters; in a CUDA-graph capture, and off a GPU, each launch
+    gets a fresh tensor (the graph's own memory)."""
+    if device.type != "cuda" or _capturing(device):
+        return torch.empty(numel, dtype=torch.float32, device=device)
+    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+    scratch = _SCRATCH.get(key)
+    if scratch is None or scratch.numel() < numel:
+        scratch = _stream_buffer(_SCRATCH, key, device, numel, torch.empty, torch.float32)
+    return scratch
+
+
+def _stream_buffer(cache: dict[tuple[int, int], torch.Tensor], key: tuple[int, int],
+                   device: torch.device, count: int, make: Any, dtype: torch.dtype
+                   ) -> torch.Tensor:
+    """A new buffer of ``cache`` for the current stream: ``make(count, dtype)`` by
+    :func:`_outside_pools` on a side stream, which the current stream waits for, and freed
+    only after the current stream's work."""
+    if len(cache) >= MAX_STREAMS:  # a dropped buffer is freed after its streams' work
+        cache.clear()
+    current = torch.cuda.current_stream(device)
+    side = _SIDE_STREAMS.get(device.index)
+    if side is None:
+        side = _SIDE_STREAMS[device.index] = torch.cuda.Stream(device)
+    buffer = _outside_pools(device, side, lambda: make(count, dtype=dtype, device=device))
+    current.wait_stream(side)
+    buffer.record_stream(current)
+    cache[key] = buffer
+    return buffer
 
 
 def _capturing(device: torch.device) -> bool:
@@ -64,10 +98,10 @@ def _capturing(device: torch.device) -> bool:
         return torch._C._cuda_isCurrentStreamCapturing()
 
 
-def _zeros_outside_pools(device: torch.device, stream: torch.cuda.Stream,
-                         count: int) -> torch.Tensor:
-    """int32 zeros allocated and zeroed on ``stream`` by a thread of their own: torch.compile's
-    CUDA-graph trees route every allocation of the warming-up thread into their pool
+def _outside_pools(device: torch.device, stream: torch.cuda.Stream,
+                   make: Any) -> torch.Tensor:
+    """``make()`` run on ``stream`` by a thread of its own: torch.compile's CUDA-graph trees
+    route every allocation of the warming-up thread into their pool
     (``_cuda_beginAllocateCurrentThreadToPool``) and refuse a live block there that no graph
     output owns ("tensor(s) in the cudagraph pool not tracked as outputs")."""
     box: list[torch.Tensor | BaseException] = []
@@ -75,11 +109,11 @@ def _zeros_outside_pools(device: torch.device, stream: torch.cuda.Stream,
     def allocate() -> None:
         try:
             with torch.cuda.device(device), torch.cuda.stream(stream):
-                box.append(torch.zeros(count, dtype=torch.int32, device=device))
+                box.append(make())
         except BaseException as exc:  # raised again in the calling thread
             box.append(exc)
 
-    worker = threading.Thread(target=allocate, name="flashrepro-stream-counters")
+    worker = threading.Thread(target=allocate, name="flashrepro-stream-buffers")
     worker.start()
     worker.join()
     if isinstance(box[0], BaseException):

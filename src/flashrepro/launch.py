@@ -30,7 +30,7 @@ from torch.autograd.graph import increment_version
 from triton.compiler import CompiledKernel
 
 from flashrepro.configs import KernelConfig
-from flashrepro.counters import stream_counters
+from flashrepro.counters import stream_counters, stream_scratch
 from flashrepro.direct import DirectLaunch
 from flashrepro.kernels.call import IO_ARGS, KernelCall, rebind_io
 from flashrepro.select import (
@@ -109,7 +109,7 @@ class LaunchPlan:
             each launch passes the current stream's.
         scratch_slot: where the kernel takes float32 scratch
             (:data:`~flashrepro.kernels.call.SCRATCH`), its index in ``direct.tail``; each
-            launch allocates its own ``call.scratch`` elements.
+            launch passes the current stream's (``call.scratch`` elements).
     """
 
     call: KernelCall
@@ -171,7 +171,7 @@ class LaunchPlan:
 
 
 def _with_stream_buffers(call: KernelCall, device: torch.device) -> KernelCall:
-    """``call`` with the current stream's counter and fresh scratch where the kernel takes
+    """``call`` with the current stream's counter and scratch where the kernel takes
     them (:data:`~flashrepro.kernels.call.STREAM_COUNTER`,
     :data:`~flashrepro.kernels.call.SCRATCH`); other calls unchanged, nothing fetched."""
     if call.counter_slot() is None:
@@ -184,10 +184,9 @@ def _with_stream_buffers(call: KernelCall, device: torch.device) -> KernelCall:
 def _stream_buffers(call: KernelCall, device: torch.device
                     ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """A launch's buffers of ``call``: its count of the current stream's counters
-    (:func:`~flashrepro.counters.stream_counters`), and fresh float32 scratch of its size
-    (None where it takes none)."""
-    scratch = (torch.empty(call.scratch, dtype=torch.float32, device=device) if call.scratch
-               else None)
+    (:func:`~flashrepro.counters.stream_counters`), and its size of the stream's float32
+    scratch (:func:`~flashrepro.counters.stream_scratch`; None where it takes none)."""
+    scratch = stream_scratch(device, call.scratch) if call.scratch else None
     return stream_counters(device, call.counters), scratch
 
 

@@ -23,7 +23,7 @@ import torch
 from torch.autograd.graph import increment_version
 
 from flashrepro.configs import KernelConfig, block_dim
-from flashrepro.counters import stream_counters
+from flashrepro.counters import stream_counters, stream_scratch
 from flashrepro.direct import DirectLaunch, int_class, launch
 from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.call import KernelCall
@@ -386,7 +386,8 @@ class _DecodePlan:
     serves every call of its specialization, whose bound tail is its first call's.
 
     Attributes:
-        parts: float32 scratch elements of a split launch (0 without splits).
+        parts: float32 scratch elements of a split launch
+            (:func:`~flashrepro.counters.stream_scratch`; 0 without splits).
         locks: split counters the launch uses (:func:`~flashrepro.counters.stream_counters`).
     """
 
@@ -537,7 +538,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     grid = (b * h_kv, shape.row_blocks, splits)
     parts_numel = b * h * lq * splits * (d + 1) if splits > 1 else 0
     if parts_numel:
-        parts = torch.empty(parts_numel, dtype=torch.float32, device=q.device)
+        parts = stream_scratch(q.device, parts_numel)
         locks = stream_counters(q.device, grid[0] * grid[1])
     else:
         parts, locks = q_kernel, seqused  # never touched without splits
@@ -581,7 +582,7 @@ def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.T
     tail[_L_MAX] = l_max
     seqused_k = seqused_k.contiguous() if seqused_k is not None else q  # never touched
     if plan.parts:
-        parts = torch.empty(plan.parts, dtype=torch.float32, device=q.device)
+        parts = stream_scratch(q.device, plan.parts)
         locks = stream_counters(q.device, plan.locks)
     else:
         parts, locks = q, seqused_k  # never touched without splits

@@ -87,6 +87,10 @@ _UNSUPPORTED_KWARGS = {
 
 _VARLEN_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 """transformers' ``FlashAttentionKwargs``: packed sequences given by their offsets."""
+_VARLEN_SET = frozenset(_VARLEN_KWARGS)
+_NO_VARLEN = (None,) * len(_VARLEN_KWARGS)
+_NAMED_KWARGS = frozenset({*_UNSUPPORTED_KWARGS, *_VARLEN_KWARGS, "output_attentions"})
+"""The keyword arguments :func:`attention_forward` reads from ``kwargs``."""
 
 
 def _refuse(what: str) -> ValueError:
@@ -249,12 +253,13 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """
     if dropout:
         raise _refuse(f"attention dropout (dropout={dropout})")
-    for name, what in _UNSUPPORTED_KWARGS.items():
-        value_set = kwargs.get(name)
-        if value_set is not None and value_set is not False and not (
-                isinstance(value_set, (int, float)) and value_set == 0):
-            raise _refuse(f"{what} ({name}={value_set!r})")
-    if kwargs.get("output_attentions", False):
+    named = _NAMED_KWARGS.intersection(kwargs) if kwargs else ()
+    for name in named:  # a decode step calls this per layer: only the names passed
+        value_set = kwargs[name]
+        if name in _UNSUPPORTED_KWARGS and value_set is not None and value_set is not False \
+                and not (isinstance(value_set, (int, float)) and value_set == 0):
+            raise _refuse(f"{_UNSUPPORTED_KWARGS[name]} ({name}={value_set!r})")
+    if "output_attentions" in named and kwargs["output_attentions"]:
         raise _refuse("output_attentions=True (the kernel never forms the attention weights)")
     descriptor = attention_mask
     if descriptor is not None and not isinstance(descriptor, (KeyPrefix, UsedKeys, KeySpans,
@@ -266,7 +271,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     causal = bool(causal)
     scale = None if scaling is None else float(scaling)
     gqa = key.shape[1] != query.shape[1]
-    varlen = [kwargs.get(k) for k in _VARLEN_KWARGS]
+    varlen = ([kwargs.get(k) for k in _VARLEN_KWARGS] if not _VARLEN_SET.isdisjoint(named)
+              else _NO_VARLEN)
     if any(v is not None for v in varlen):
         if any(v is None for v in varlen):
             given = [k for k, v in zip(_VARLEN_KWARGS, varlen, strict=True) if v is not None]

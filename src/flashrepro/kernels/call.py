@@ -26,7 +26,8 @@ at 0 (the ws kernel's dynamic schedule): whoever repeats the call passes its str
 (:func:`flashrepro.counters.stream_counters`), as two launches at once must not share one."""
 SCRATCH = "partials"
 """The keyword of a float32 kernel argument that the kernel writes before it reads (the ws
-kernel's split tail): each launch gets its own, of ``KernelCall.scratch`` elements."""
+kernel's split tail), within one launch: whoever repeats the call passes its stream's
+(:func:`flashrepro.counters.stream_scratch`), of ``KernelCall.scratch`` elements."""
 
 
 @dataclass(frozen=True)
