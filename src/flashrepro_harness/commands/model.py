@@ -81,8 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     gen.add_argument("--new-tokens", type=_at_least_two, default=128,
                      help="tokens generated per sequence, >= 2 (default: %(default)s)")
     gen.add_argument("--gen-rounds", type=env.positive_int, default=3,
-                     help="interleaved rounds of one generation per implementation "
-                          "(default: %(default)s)")
+                     help="rounds, each one generation per implementation (eager: run "
+                          "in lockstep, a forward of each in turn; static: one after "
+                          "another) (default: %(default)s)")
     gen.add_argument("--no-packed", dest="packed", action="store_false",
                      help="leave out the packed-sequence prefill")
     gen.add_argument("--packed-seqs", type=env.positive_int, default=16,
