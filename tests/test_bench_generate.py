@@ -275,7 +275,8 @@ class LoggedGeneration:
     def __init__(self, name: str, steps: int, log: list[tuple[str, int]]) -> None:
         self.name, self.steps, self.log = name, steps, log
 
-    def forwards(self) -> Any:
+    def forwards(self, settle: bool = False) -> Any:
+        assert settle  # lockstep starts each forward on an idle GPU
         for i in range(self.steps + 1):
             self.log.append((self.name, i))
             yield None

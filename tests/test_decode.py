@@ -605,12 +605,14 @@ def test_gpu_split_counters_per_stream_end_at_zero() -> None:
         seqused = random_lengths(8, 3000)
         q, k, v = make_cache(8, 16, 8, 1, 3000, 128, torch.bfloat16, device, seqused)
         cases.append((stream, q, k, v, seqused))
+    # made before the launches: a host-to-device copy inside the stream waits for its work
+    lengths = [torch.tensor(seqused, dtype=torch.int32, device=device)
+               for *_, seqused in cases]
     torch.cuda.synchronize()
     outs = []
     for _ in range(3):
-        for stream, q, k, v, seqused in cases:
-            with torch.cuda.stream(stream):  # used is the stream's own, kept until the sync
-                used = torch.tensor(seqused, dtype=torch.int32, device=device)
+        for (stream, q, k, v, seqused), used in zip(cases, lengths, strict=True):
+            with torch.cuda.stream(stream):
                 outs.append((used, q, k, v, seqused, flashrepro.attention_kvcache(
                     q, k, v, used, causal=True, enable_gqa=True, num_splits=7)))
     torch.cuda.synchronize()
@@ -628,7 +630,7 @@ def test_gpu_split_counters_per_stream_end_at_zero() -> None:
 def test_gpu_split_scratch_grows_under_queued_launches() -> None:
     """Split launches of growing size queued on one stream without a sync, so the stream's
     scratch is replaced by a larger one while earlier launches that use it are still queued
-    (behind a busy-wait): every output is right."""
+    (behind a busy-wait, checked): every output is right, and the stream keeps the largest."""
     device = torch.device("cuda")
     stream = torch.cuda.Stream()
     cases = []
@@ -636,15 +638,24 @@ def test_gpu_split_scratch_grows_under_queued_launches() -> None:
         seqused = random_lengths(b, 4000)
         cases.append((*make_cache(b, 16, 8, 1, 4000, 128, torch.bfloat16, device, seqused),
                       seqused))
+    # made before the launches: a host-to-device copy inside the stream waits for its work
+    lengths = [torch.tensor(seqused, dtype=torch.int32, device=device)
+               for *_, seqused in cases]
+    for (q, k, v, _), used in zip(cases, lengths, strict=True):  # compiled before the wait
+        flashrepro.attention_kvcache(q, k, v, used, causal=True, enable_gqa=True, num_splits=9)
+    counters._SCRATCH.pop((torch.cuda.current_device(), stream.cuda_stream), None)  # pooled
     torch.cuda.synchronize()
     outs = []
     with torch.cuda.stream(stream):
-        torch.cuda._sleep(50_000_000)  # the launches below queue behind ~25 ms of waiting
-        for q, k, v, seqused in cases:
-            used = torch.tensor(seqused, dtype=torch.int32, device=device)
+        torch.cuda._sleep(200_000_000)  # the launches below queue behind ~100 ms of waiting
+        for (q, k, v, _), used in zip(cases, lengths, strict=True):
             outs.append((used, flashrepro.attention_kvcache(q, k, v, used, causal=True,
                                                             enable_gqa=True, num_splits=9)))
+        queued = not stream.query()
     torch.cuda.synchronize()
+    assert queued, "the launches did not queue behind the busy-wait"
+    grown = [t for key, t in counters._SCRATCH.items() if key[1] == stream.cuda_stream]
+    assert len(grown) == 1 and grown[0].numel() >= 16 * 16 * 9 * 129
     for (q, k, v, seqused), (_, o) in zip(cases, outs, strict=True):
         ref, ref_lse = kvcache_reference(q, k, v, seqused, causal=True)
         assert_parity(o, None, ref, ref_lse, kvcache_sdpa(q, k, v, seqused, causal=True))

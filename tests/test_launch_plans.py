@@ -228,7 +228,7 @@ def test_a_dynamic_plan_passes_its_streams_counter(monkeypatch: pytest.MonkeyPat
 def test_a_split_tail_plan_fetches_its_tickets_and_scratch(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A plan of the split tail asks the stream for the call's ticket count (2 per program and
-    consumer; a CUDA-graph capture gets exactly that many) and allocates the call's float32
+    consumer; a CUDA-graph capture gets exactly that many) and the call's size of float32
     scratch at every launch, into the tail slots the kernel takes them in."""
     import dataclasses
 

@@ -254,7 +254,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if dropout:
         raise _refuse(f"attention dropout (dropout={dropout})")
     named = _NAMED_KWARGS.intersection(kwargs) if kwargs else ()
-    for name in named:  # a decode step calls this per layer: only the names passed
+    for name in sorted(named):  # per layer and step: only the names passed, in one order
         value_set = kwargs[name]
         if name in _UNSUPPORTED_KWARGS and value_set is not None and value_set is not False \
                 and not (isinstance(value_set, (int, float)) and value_set == 0):

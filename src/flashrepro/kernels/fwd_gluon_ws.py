@@ -769,7 +769,8 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
             a stream counter as ``dynamic_schedule`` does (one ticket per tile and consumer of
             the tail, at most :data:`~flashrepro.counters.MIN_COUNTERS`) and float32 scratch,
             the keyword argument :data:`~flashrepro.kernels.call.SCRATCH`, of
-            ``KernelCall.scratch`` elements, which the launcher allocates per launch.
+            ``KernelCall.scratch`` elements, which the launcher replaces by its stream's
+            (:func:`flashrepro.counters.stream_scratch`).
 
     Raises:
         ValueError: num_consumers not 2 or 3, or 3 with D other than 64 (its registers);
@@ -795,7 +796,7 @@ def kernel_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tens
                   STORE_LSE=store_lse, NUM_CONSUMERS=num_consumers, CONSUMER_REGS=consumer_regs,
                   num_warps=4, maxnreg=maxnreg)
     # The dynamic schedule's counter; the split tail's tickets, one per tail tile (< 2·G) and
-    # consumer. Placeholders here: the launcher passes its stream's (and fresh scratch).
+    # consumer. Placeholders here: the launcher passes its stream's (and scratch).
     counters = 1 if dynamic_schedule else 2 * grid[0] * num_consumers if split_tail else 0
     scratch = 0
     if counters:

@@ -21,15 +21,16 @@ to one backend) and ``fa4`` (where it imports). Left out with the reason, not ru
 the static mode (transformers passes a boolean mask there, which that backend cannot take), and
 FA4 there (transformers gives it no mask, so it would read a static cache's unwritten slots).
 
-Timing: CUDA events around each forward (with its argmax), no synchronisation in between;
-decode ms is the sum of a generation's decode forwards. One warm-up generation per
-implementation first (eager: a few decode steps; static: a whole one, which compiles and
-records the CUDA graphs); then ``rounds`` rounds and the median. In a round of the eager
-mode the implementations' generations run in lockstep (:func:`lockstep`: every prefill, then
-every first decode step, ..., the order rotated at each forward), so host drift, which moves
-a host-bound eager step by tens of percent within seconds, falls on all of them alike; a
-round of the static mode is one generation of every implementation in turn (order rotated),
-as CUDA-graph trees replay one compiled step at a time. Tokens agree: the share of generated
+Timing: CUDA events around each forward (with its argmax); decode ms is the sum of a
+generation's decode forwards. One warm-up generation per implementation first (eager: a few
+decode steps; static: a whole one, which compiles and records the CUDA graphs); then
+``rounds`` rounds and the median. In a round of the eager mode the implementations'
+generations run in lockstep (:func:`lockstep`: every prefill, then every first decode step,
+..., the order rotated at each forward, each forward started on an idle GPU by a sync), so
+host drift, which moves a host-bound eager step by tens of percent within seconds, falls on
+all of them alike; a round of the static mode is one generation of every implementation in
+turn (order rotated, no sync between forwards), as CUDA-graph trees replay one compiled step
+at a time. Tokens agree: the share of generated
 tokens before the first that differs from the reference's (``sdpa-flash`` eager at the same
 B, else the first SDPA backend there).
 
@@ -170,12 +171,18 @@ class Generation:
             pass
         return result
 
-    def forwards(self, steps: int | None = None, forced: torch.Tensor | None = None
-                 ) -> Iterator[tuple[torch.Tensor, float, float] | None]:
+    def forwards(self, steps: int | None = None, forced: torch.Tensor | None = None,
+                 settle: bool = False) -> Iterator[tuple[torch.Tensor, float, float] | None]:
         """:meth:`run` one forward at a time: None after the prefill and after each decode
         step (the caller may queue other work in between), then run()'s result. Each
         forward, with its argmax, sits between two CUDA events of its own; decode ms is the
-        sum of the decode forwards' windows. No context stays entered between forwards."""
+        sum of the decode forwards' windows. No context stays entered between forwards.
+
+        ``settle``: synchronise before each forward, so its window starts on an idle GPU and
+        holds its own host and GPU time alone, not a share of work queued before it (another
+        implementation's, in :func:`lockstep`). A step then no longer overlaps its host work
+        with the previous step's last kernels: each step gains that tail, the same kernels
+        (the model's last layers, the logits' argmax) for every implementation."""
         from transformers import DynamicCache
 
         steps = self.steps if steps is None else steps
@@ -186,6 +193,8 @@ class Generation:
                 self.cache.reset()
             cache = self.cache if static else DynamicCache(config=self.model.config)
             with build.sdpa_context(self.impl):
+                if settle:
+                    _synchronize()
                 windows[0][0].record()
                 logits = self.model(self.ids, past_key_values=cache, use_cache=True,
                                     logits_to_keep=1).logits
@@ -196,6 +205,8 @@ class Generation:
         for step in range(steps):
             with torch.inference_mode():
                 start, end = windows[step + 1]
+                if settle:
+                    _synchronize()
                 start.record()
                 if static:
                     torch.compiler.cudagraph_mark_step_begin()
@@ -246,11 +257,16 @@ def lockstep(generations: dict[str, Generation], rounds: int
     implementation's first decode step, and so on, the order rotated at each forward. A
     forward of one implementation is timed seconds, not a whole generation, from the same
     forward of the others, so a host whose speed drifts moves them alike (eager steps are
-    host-bound)."""
+    host-bound). Each forward starts on an idle GPU (``settle``): the order rotates
+    cyclically, so each implementation would otherwise always follow the same other one, and
+    its host work would hide behind that one's queued kernels.
+
+    Every implementation's cache is alive at once: a round holds one generation's memory per
+    implementation."""
     names = list(generations)
     out: dict[str, list[tuple[torch.Tensor, float, float]]] = {n: [] for n in names}
     for r in range(rounds if names else 0):
-        running = {n: generations[n].forwards() for n in names}
+        running = {n: generations[n].forwards(settle=True) for n in names}
         turn = r
         while running:
             for name in names[turn % len(names):] + names[:turn % len(names)]:
@@ -400,11 +416,12 @@ def measure_packed(models: dict[str, torch.nn.Module], runs: list[tuple[str, str
 def method(prompt: int, new_tokens: int, rounds: int, packed: dict[str, Any] | None
            ) -> dict[str, Any]:
     """The results' ``method`` block."""
-    return {"timer": "cuda-events around each forward, no sync between; decode: the sum of "
-                     "the decode forwards",
+    return {"timer": "cuda-events around each forward; decode: the sum of the decode "
+                     "forwards",
             "interleaving": "eager: the implementations' generations in lockstep, the "
-                            "order rotated at each forward; static: one generation of each "
-                            "implementation in turn, order rotated each round",
+                            "order rotated at each forward, a sync before each forward; "
+                            "static: one generation of each implementation in turn, order "
+                            "rotated each round, no sync between forwards",
             "prompt": prompt, "new_tokens": new_tokens, "decode_steps": new_tokens - 1,
             "rounds": rounds, "statistic": "median of rounds", "reference": "sdpa-flash",
             "warmup": f"one generation per implementation (eager: {EAGER_WARMUP_STEPS} decode "

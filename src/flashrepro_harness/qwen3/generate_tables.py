@@ -182,8 +182,8 @@ def caption(results: dict[str, Any]) -> str:
             f"forward (decode: their sum), {method.get('rounds')} rounds after a warm-up, "
             "median; a round of the eager mode runs the implementations' generations in "
             "lockstep (each forward followed by the same forward of the others, order "
-            "rotated), a round of the static mode one generation of each in turn. Tokens "
-            "agree: share of generated tokens before the first that "
+            "rotated, each from an idle GPU), a round of the static mode one generation of "
+            "each in turn. Tokens agree: share of generated tokens before the first that "
             f"differs from {method.get('reference')}'s (eager, same B). Step agreement: the "
             "share of positions where the implementation, fed the reference's tokens (teacher "
             "forcing), picks the reference's next token.")
