@@ -67,9 +67,15 @@ VARIANTS = {"frepro": fr_tf.attention_forward, "frepro, no launch": no_launch,
             "output only": output_only, "sdpa-flash": sdpa_attention_forward}
 
 
+def registered(name: str) -> str:
+    """The variant's attn_implementation name: none may contain "flash" (transformers would
+    look for a FlashAttention build)."""
+    return f"probe_{list(VARIANTS).index(name)}"
+
+
 def decode(model: Any, name: str, ids: torch.Tensor, steps: int, acc: Accumulator
            ) -> tuple[float, float]:
-    model.set_attn_implementation(name.replace(" ", "_").replace(",", ""))
+    model.set_attn_implementation(registered(name))
     start, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))
     with torch.inference_mode(), build.sdpa_context("sdpa-flash"):
         cache = DynamicCache(config=model.config)
@@ -98,7 +104,7 @@ def main() -> None:
     model = build.build_models(build.qwen3_0_6b_config(), ["frepro"])["frepro"]
     accs = {}
     for name, fn in VARIANTS.items():
-        reg = name.replace(" ", "_").replace(",", "")
+        reg = registered(name)
         accs[name] = Accumulator(fn)
         AttentionInterface.register(reg, accs[name])
         AttentionMaskInterface.register(
@@ -113,6 +119,22 @@ def main() -> None:
     for r in range(args.rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
             samples[name].append(decode(model, name, ids, args.steps, accs[name]))
+    # frepro's call again, its plan launch and the C launcher inside it timed on their own
+    plan_acc = Accumulator(launch_varlen._launch_plan)
+    launch_varlen._launch_plan = plan_acc
+    raw_accs = []
+    for plan in launch_varlen._DECODE_PLANS.values():
+        raw_accs.append(Accumulator(plan.decode._raw))
+        plan.decode._raw = raw_accs[-1]
+    parts = []
+    for _ in range(args.rounds):
+        plan_acc.seconds, plan_acc.calls = 0.0, 0
+        for a in raw_accs:
+            a.seconds, a.calls = 0.0, 0
+        call_us, _ = decode(model, "frepro", ids, args.steps, accs["frepro"])
+        raw_s, raw_n = sum(a.seconds for a in raw_accs), sum(a.calls for a in raw_accs)
+        parts.append([call_us, plan_acc.seconds * 1e6 / max(plan_acc.calls, 1),
+                      raw_s * 1e6 / max(raw_n, 1), raw_n])
     ref = samples["sdpa-flash"]
     rows = [[n, statistics.median(a for a, _ in s), min(a for a, _ in s),
              statistics.median(a / b[0] for (a, _), b in zip(s, ref, strict=True)),
@@ -120,6 +142,10 @@ def main() -> None:
     table = tabulate(rows, ["variant", "µs / attention call (median)", "min",
                             "/ sdpa-flash's, same round", "wall ms / step"],
                      floatfmt=".2f")
+    table += "\n\nfrepro's call and its parts, µs per call (median of rounds)\n" + tabulate(
+        [[statistics.median(p[i] for p in parts) for i in range(4)]],
+        ["attention call", "_launch_plan", "C launcher", "launches per round"],
+        floatfmt=".2f")
     text = (f"{torch.cuda.get_device_name()}, torch {torch.__version__}, B={args.batch}, "
             f"{args.steps} steps x {args.rounds} rounds\n{table}")
     print(text)
