@@ -142,7 +142,10 @@ def test_merge_joins_runs_and_refuses_what_it_cannot_pair() -> None:
     rng = random.Random()
     eager = _results(synthetic_group("eager", 1, 3, rng), "d1")
     static = _results(synthetic_group("static", 1, 3, rng), "d2")
+    static["skipped"] = {"fa4": "does not import"}
     merged = gt.merge([eager, static], ["e.json", "s.json"])
+    assert merged["skipped"] == {"static sdpa-flash": "a mask",  # e.json measured fa4:
+                                 "fa4 (in s.json)": "does not import"}
     assert len(merged["rows"]) == 10 and [m["date"] for m in merged["merged_from"]] == ["d1",
                                                                                       "d2"]
     assert "Rows from runs d1 (commit abc); d2 (commit abc)" in gt.markdown(merged)

@@ -332,8 +332,13 @@ def merge(parts: list[dict[str, Any]], names: list[str] | None = None) -> dict[s
     method = {**first["method"], "packed": packed[0] if packed else None,
               "rounds": rounds[0] if len(set(rounds)) == 1
               else " / ".join(map(str, rounds)) + " (by run, in the order below)"}
+    measured = {r["impl"] for r in rows}
+    skipped: dict[str, str] = {}
+    for part, name in zip(parts, label, strict=True):
+        for k, v in part["skipped"].items():  # an implementation another run measured:
+            skipped[f"{k} (in {name})" if k in measured else k] = v  # say where it was not
     return {**first, "method": method, "rows": rows,
             "errors": {k: v for p in parts for k, v in p["errors"].items()},
-            "skipped": {k: v for p in parts for k, v in p["skipped"].items()},
+            "skipped": skipped,
             "merged_from": [{"date": p["env"].get("date"),
                              "git_commit": p["env"].get("git_commit")} for p in parts]}
