@@ -76,6 +76,7 @@ def test_generate_rows_ratios_and_round_ranges() -> None:
         per_round = [b / m for b, m in zip(by[best_d]["decode_round_ms"],
                                            r["decode_round_ms"], strict=True)]
         assert r["decode_ratio_range"] == pytest.approx([min(per_round), max(per_round)])
+        assert r["decode_ratio_round_median"] == pytest.approx(statistics.median(per_round))
     assert by["frepro"]["fullgraph"] is True
     assert max(r["decode_ratio_to_best_sdpa"] for r in rows if r["impl"] in gt.GEN_SDPA) == 1
 

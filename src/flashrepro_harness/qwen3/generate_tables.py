@@ -5,10 +5,11 @@ Two sections of rows. ``generate``: one row per (mode, B, implementation) with t
 and the decode loop's per-round ms, their medians and tokens/s (prefill: B·prompt tokens per
 prefill; decode: B·steps tokens per decode loop, one token per sequence and step), each
 implementation's ratio to the best SDPA backend of its mode and B (the backend with the most
-tokens/s by median), the decode ratio's range over rounds (round r of every implementation ran
-back to back), and the share of generated tokens that agree with the reference's. ``packed``:
-one row per (layout, implementation) of the packed-sequence prefill, tokens/s counting real
-tokens only, the ratio to the best SDPA backend on the padded batch.
+tokens/s by median), the decode ratio in each round paired with that backend's (round r of
+every implementation ran side by side): its median and range, and the share of generated
+tokens that agree with the reference's. ``packed``: one row per (layout, implementation) of
+the packed-sequence prefill, tokens/s counting real tokens only, the ratio to the best SDPA
+backend on the padded batch.
 
 Outputs: ``generate.json``, ``generate.md`` (tabulate) and ``generate.png`` (matplotlib).
 """
@@ -94,13 +95,19 @@ def _best(rows: list[dict[str, Any]], metric: str) -> dict[str, Any] | None:
     return max(sdpa, key=lambda r: r[metric]) if sdpa else None
 
 
-def _round_range(row: dict[str, Any], best: dict[str, Any] | None,
-                 samples: str) -> list[float] | None:
-    """[min, max] over rounds of best's round ms over the row's (the tokens/s ratio)."""
+def _per_round(row: dict[str, Any], best: dict[str, Any] | None,
+               samples: str) -> list[float] | None:
+    """Each round's best ms over the row's (its tokens/s ratio), rounds paired as they ran."""
     if best is None or not row.get(samples) or len(best[samples]) != len(row[samples]):
         return None
-    paired = [b / m for b, m in zip(best[samples], row[samples], strict=True)]
-    return [min(paired), max(paired)]
+    return [b / m for b, m in zip(best[samples], row[samples], strict=True)]
+
+
+def _round_range(row: dict[str, Any], best: dict[str, Any] | None,
+                 samples: str) -> list[float] | None:
+    """[min, max] of :func:`_per_round`."""
+    paired = _per_round(row, best, samples)
+    return None if paired is None else [min(paired), max(paired)]
 
 
 def add_ratios(rows: list[dict[str, Any]]) -> None:
@@ -120,6 +127,9 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
                     r["decode_tokens_per_s"] / best_d["decode_tokens_per_s"] if best_d
                     else None)
                 r["decode_ratio_range"] = _round_range(r, best_d, "decode_round_ms")
+                paired = _per_round(r, best_d, "decode_round_ms")
+                r["decode_ratio_round_median"] = (statistics.median(paired) if paired
+                                                  else None)
         else:
             best = _best([r for r in group if r["layout"] == "padded"], "tokens_per_s")
             for r in group:
@@ -146,12 +156,14 @@ def table_generate(rows: list[dict[str, Any]], fmt: str) -> str:
                                 GEN_IMPLS.index(r["impl"]) if r["impl"] in GEN_IMPLS else 9))
     body = [[r["mode"], r["batch"], r["impl"], _num(r["prefill_tokens_per_s"] / 1e3, ".1f"),
              _num(r["prefill_ratio_to_best_sdpa"], ".3f"), _num(r["decode_tokens_per_s"], ".0f"),
-             _ratio(r["decode_ratio_to_best_sdpa"], r.get("decode_ratio_range")),
+             _num(r["decode_ratio_to_best_sdpa"], ".3f"),
+             _ratio(r.get("decode_ratio_round_median"), r.get("decode_ratio_range")),
              _num(r["decode_ms"] / r["decode_steps"], ".2f"), _num(r.get("agreement"), ".2f"),
              _num(r.get("step_agreement"), ".3f")]
             for r in sel]
     headers = ["mode", "B", "implementation", "prefill k tok/s", "prefill / best SDPA",
-               "decode tok/s", "decode / best SDPA (per-round range)", "ms / decode step",
+               "decode tok/s", "decode / best SDPA", "per round: median (range)",
+               "ms / decode step",
                "tokens agree", "step agreement"]
     return tabulate(body, headers, tablefmt=fmt)
 
@@ -250,7 +262,9 @@ def plot(rows: list[dict[str, Any]], path: Path, title: str) -> None:
 
 
 def write_results(out_dir: Path, results: dict[str, Any]) -> None:
-    """``generate.json``, ``generate.md`` and ``generate.png`` (with rows) under ``out_dir``."""
+    """``generate.json``, ``generate.md`` and ``generate.png`` (with rows) under ``out_dir``;
+    the ratios computed again from the rows' rounds (merged or older files get every field)."""
+    add_ratios(results["rows"])
     (out_dir / "generate.json").write_text(json.dumps(results, indent=1, default=str) + "\n")
     (out_dir / "generate.md").write_text(markdown(results))
     if results["rows"]:
