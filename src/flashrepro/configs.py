@@ -48,7 +48,7 @@ class KernelConfig:
         split_tail: with ``warp_specialize``, neither ``tile_grid`` nor ``dynamic_schedule``,
             and no causal mask: the persistent programs share the last two rounds' tiles out
             as equal runs of key blocks (stream-K's hybrid), whose parts of a tile merge
-            through a stream counter and per-launch scratch; on the H200 1.2-2.9 % faster
+            through a stream counter and the stream's scratch; on the H200 1.2-2.9 % faster
             from 2048 (D = 128) and 8192 (D = 64) query rows at B·L = 16384, slower below
             (lab/2026-12-03-split-tail/).
 

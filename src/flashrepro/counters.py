@@ -45,14 +45,7 @@ def stream_counters(device: torch.device, count: int) -> torch.Tensor:
     several streams share nothing either. A stream's buffer is allocated by
     :func:`_outside_pools`, and the launching stream waits for its zeros; no host sync.
     Off a GPU (the interpreter): fresh zeros."""
-    if device.type != "cuda" or _capturing(device):
-        return torch.zeros(count, dtype=torch.int32, device=device)
-    key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
-    counters = _BUFFERS.get(key)
-    if counters is None or counters.numel() < count:
-        counters = _stream_buffer(_BUFFERS, key, device, max(count, MIN_COUNTERS), torch.zeros,
-                                  torch.int32)
-    return counters
+    return _stream_buffer(_BUFFERS, device, count, MIN_COUNTERS, torch.zeros, torch.int32)
 
 
 def stream_scratch(device: torch.device, numel: int) -> torch.Tensor:
@@ -62,28 +55,30 @@ def stream_scratch(device: torch.device, numel: int) -> torch.Tensor:
     Eager launches share one buffer per stream (grown to the largest request), as
     :func:`stream_counters`' counters; in a CUDA-graph capture, and off a GPU, each launch
     gets a fresh tensor (the graph's own memory)."""
+    return _stream_buffer(_SCRATCH, device, numel, 0, torch.empty, torch.float32)
+
+
+def _stream_buffer(cache: dict[tuple[int, int], torch.Tensor], device: torch.device,
+                   count: int, minimum: int, make: Any, dtype: torch.dtype) -> torch.Tensor:
+    """At least ``count`` elements of ``make(n, dtype=dtype)`` for torch's current stream of
+    ``device``: its buffer in ``cache``, replaced by one of max(``count``, ``minimum``)
+    elements where it is missing or smaller. A new buffer is made by :func:`_outside_pools` on
+    a side stream, which the current stream waits for, and is freed only after the current
+    stream's work. In a CUDA-graph capture and off a GPU: a fresh ``make(count)``."""
     if device.type != "cuda" or _capturing(device):
-        return torch.empty(numel, dtype=torch.float32, device=device)
+        return make(count, dtype=dtype, device=device)
     key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
-    scratch = _SCRATCH.get(key)
-    if scratch is None or scratch.numel() < numel:
-        scratch = _stream_buffer(_SCRATCH, key, device, numel, torch.empty, torch.float32)
-    return scratch
-
-
-def _stream_buffer(cache: dict[tuple[int, int], torch.Tensor], key: tuple[int, int],
-                   device: torch.device, count: int, make: Any, dtype: torch.dtype
-                   ) -> torch.Tensor:
-    """A new buffer of ``cache`` for the current stream: ``make(count, dtype)`` by
-    :func:`_outside_pools` on a side stream, which the current stream waits for, and freed
-    only after the current stream's work."""
+    buffer = cache.get(key)
+    if buffer is not None and buffer.numel() >= count:
+        return buffer
     if len(cache) >= MAX_STREAMS:  # a dropped buffer is freed after its streams' work
         cache.clear()
+    size = max(count, minimum)
     current = torch.cuda.current_stream(device)
     side = _SIDE_STREAMS.get(device.index)
     if side is None:
         side = _SIDE_STREAMS[device.index] = torch.cuda.Stream(device)
-    buffer = _outside_pools(device, side, lambda: make(count, dtype=dtype, device=device))
+    buffer = _outside_pools(device, side, lambda: make(size, dtype=dtype, device=device))
     current.wait_stream(side)
     buffer.record_stream(current)
     cache[key] = buffer

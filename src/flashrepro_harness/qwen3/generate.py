@@ -30,9 +30,8 @@ generations run in lockstep (:func:`lockstep`: every prefill, then every first d
 host drift, which moves a host-bound eager step by tens of percent within seconds, falls on
 all of them alike; a round of the static mode is one generation of every implementation in
 turn (order rotated, no sync between forwards), as CUDA-graph trees replay one compiled step
-at a time. Tokens agree: the share of generated
-tokens before the first that differs from the reference's (``sdpa-flash`` eager at the same
-B, else the first SDPA backend there).
+at a time. Tokens agree: the share of generated tokens before the first that differs from the
+reference's (``sdpa-flash`` eager at the same B, else the first SDPA backend there).
 
 Packed-sequence prefill: ``seqs`` sequences of random lengths in [lo, hi] (seed 0), one
 forward each way with ``use_cache=False`` and last-position logits: ``packed``, concatenated in

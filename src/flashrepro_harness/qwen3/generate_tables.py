@@ -126,8 +126,8 @@ def add_ratios(rows: list[dict[str, Any]]) -> None:
                 r["decode_ratio_to_best_sdpa"] = (
                     r["decode_tokens_per_s"] / best_d["decode_tokens_per_s"] if best_d
                     else None)
-                r["decode_ratio_range"] = _round_range(r, best_d, "decode_round_ms")
                 paired = _per_round(r, best_d, "decode_round_ms")
+                r["decode_ratio_range"] = [min(paired), max(paired)] if paired else None
                 r["decode_ratio_round_median"] = (statistics.median(paired) if paired
                                                   else None)
         else:
