@@ -148,13 +148,11 @@ def main(seed: int, calls: int) -> int:
                         for _ in range(3)]
         args, kwargs = random_call(rng, rng.choice(families))
         cached = run(args, kwargs, log)
-        checked = dict(launch_varlen._CHECKED_KVCACHE)
-        plans = dict(launch_varlen._DECODE_PLANS)
+        checked = dict(launch_varlen._CHECKED_KVCACHE)  # the signatures, with their plans
         launch_varlen._CHECKED_KVCACHE.clear()
-        launch_varlen._DECODE_PLANS.clear()
         full = run(args, kwargs, log)
+        launch_varlen._CHECKED_KVCACHE.clear()
         launch_varlen._CHECKED_KVCACHE.update(checked)
-        launch_varlen._DECODE_PLANS.update(plans)
         problems = [f"error {cached[1]!r} against {full[1]!r}"] if cached[1] != full[1] else []
         problems += [f"{e['kernel'].fn.__name__}: compiled for another specialization"
                      for e in cached[0] if e["compiled"] != e["actual"]]

@@ -286,8 +286,7 @@ def test_whole_cache_launch_reads_no_lengths(seqused: str | None, device: torch.
     monkeypatch.setattr(launch_varlen, "launch",
                         lambda call, *args: calls.append(call))  # recorded, never run
     # no checked signature or plan of an earlier test: this call takes the full path
-    monkeypatch.setattr(launch_varlen, "_CHECKED_KVCACHE", {})
-    monkeypatch.setattr(launch_varlen, "_DECODE_PLANS", {})
+    monkeypatch.setattr(launch_varlen, "_CHECKED_KVCACHE", {})  # and with it their plans
     q, k, v = make_cache(2, 4, 2, 1, 16, 16, torch.float16, device, [16, 16])
     used = None if seqused is None else torch.tensor([16, 7], dtype=torch.int32, device=device)
     launch_varlen.kvcache_forward(q, k, v, used, causal=True, scale=None, enable_gqa=True,
@@ -624,6 +623,30 @@ def test_gpu_split_counters_per_stream_end_at_zero() -> None:
     assert len(mine) == 2 and all(int(t.abs().max()) == 0 for t in mine.values())
     scratch = [t.data_ptr() for key, t in counters._SCRATCH.items() if key[1] in handles]
     assert len(scratch) == 2 and scratch[0] != scratch[1]
+
+
+@pytest.mark.gpu
+def test_gpu_stream_buffers_are_the_streams_own() -> None:
+    """``counters.stream_buffers`` (one lookup for a split launch) gives the current stream's
+    own counters and scratch, the tensors ``stream_counters`` and ``stream_scratch`` keep;
+    grows the scratch for a larger request; gives no scratch for none; and in a CUDA-graph
+    capture gives fresh tensors of exactly the request."""
+    device = torch.device("cuda")
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        locks, parts = counters.stream_buffers(device, 64, 1000)
+        assert locks is counters.stream_counters(device, 64)
+        assert parts is counters.stream_scratch(device, 1000)
+        locks2, grown = counters.stream_buffers(device, 64, 10**6)
+        assert locks2 is locks and grown is not None and grown.numel() >= 10**6
+        assert grown is counters.stream_scratch(device, 1)
+        same, none = counters.stream_buffers(device, 8, 0)
+        assert same is locks and none is None
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fresh, scratch = counters.stream_buffers(device, 8, 16)
+    assert fresh.numel() == 8 and scratch is not None and scratch.numel() == 16
+    assert fresh is not locks and scratch is not grown
 
 
 @pytest.mark.gpu

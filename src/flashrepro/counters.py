@@ -58,6 +58,23 @@ def stream_scratch(device: torch.device, numel: int) -> torch.Tensor:
     return _stream_buffer(_SCRATCH, device, numel, 0, torch.empty, torch.float32)
 
 
+def stream_buffers(device: torch.device, count: int, numel: int
+                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``stream_counters(device, count)`` and, where ``numel`` > 0, ``stream_scratch(device,
+    numel)`` (else None): what one split launch takes, found with one lookup of the current
+    stream when both buffers are there and large enough (a decode step asks once per layer)."""
+    if (device.type == "cuda" and device.index == torch._C._cuda_getDevice()
+            and not torch._C._cuda_isCurrentStreamCapturing()):
+        key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
+        counters = _BUFFERS.get(key)
+        scratch = _SCRATCH.get(key) if numel else None
+        if (counters is not None and counters.numel() >= count
+                and (not numel or (scratch is not None and scratch.numel() >= numel))):
+            return counters, scratch
+    return (stream_counters(device, count),
+            stream_scratch(device, numel) if numel else None)
+
+
 def _stream_buffer(cache: dict[tuple[int, int], torch.Tensor], device: torch.device,
                    count: int, minimum: int, make: Any, dtype: torch.dtype) -> torch.Tensor:
     """At least ``count`` elements of ``make(n, dtype=dtype)`` for torch's current stream of

@@ -10,7 +10,7 @@ Triton does; :meth:`DirectLaunch.bind` returns None for a launcher it does not k
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -28,9 +28,14 @@ MAX_ADDRESSES = 256
 """Encoded descriptors per slot, and argument tuples per launch, kept before a cache clears."""
 
 
-def _idle(hook: Any) -> bool:
-    """Whether a launch hook does nothing: None or an empty ``knobs.HookChain``."""
-    return hook is None or (getattr(hook, "calls", None) is not None and not hook.calls)
+def hooks_idle() -> bool:
+    """Whether Triton's launch enter and exit hooks both do nothing (no Proton session): each
+    is None or an empty ``knobs.HookChain``."""
+    runtime = knobs.runtime
+    enter, leave = runtime.launch_enter_hook, runtime.launch_exit_hook
+    return ((enter is None or (getattr(enter, "calls", None) is not None and not enter.calls))
+            and (leave is None or (getattr(leave, "calls", None) is not None
+                                   and not leave.calls)))
 
 
 class DirectLaunch:
@@ -53,6 +58,7 @@ class DirectLaunch:
                  io_templates: tuple[Any, ...], tail: list[Any]) -> None:
         self._raw = raw
         self._compiled = compiled
+        self._function = compiled.function
         self._flags = (launcher.launch_cooperative_grid, launcher.launch_pdl, None, None,
                        compiled.packed_metadata)
         metas = iter(getattr(compiled.metadata, "tensordesc_meta", None) or [])
@@ -87,14 +93,19 @@ class DirectLaunch:
         return cls(raw, compiled, launcher, io_templates, tail)
 
     def on_stream(self, grid: tuple[int, int, int], device: int, io: tuple[torch.Tensor, ...],
-                  tail: list[Any] | None = None) -> None:
+                  tail: Sequence[Any] | None = None) -> None:
         """:meth:`__call__` on torch's current stream of GPU ``device`` (the io tensors')."""
         stream = torch._C._cuda_getCurrentRawStream(device)
-        if device == torch._C._cuda_getDevice():
-            self(grid, stream, io, tail)
-        else:  # Triton's launcher runs on the current GPU
+        if device != torch._C._cuda_getDevice():  # Triton's launcher runs on the current GPU
             with torch.cuda.device(device):
                 self(grid, stream, io, tail)
+        elif tail is not None and self._plain and hooks_idle():
+            # __call__'s launch with this call's tail, inlined: a decode step makes one per
+            # layer (lab/2026-12-03-decode-call-flat-path/)
+            self._raw(grid[0], grid[1], grid[2], stream, self._function, *self._flags, None,
+                      None, None, *[t.data_ptr() for t in io], *tail)
+        else:
+            self(grid, stream, io, tail)
 
     def _expand(self, slot: int, tensor: torch.Tensor) -> list[Any]:
         """Slot ``slot``'s launcher arguments: the address, or the encoded descriptor's."""
@@ -114,7 +125,7 @@ class DirectLaunch:
             cache[address] = expanded
         return expanded
 
-    def _arguments(self, io: tuple[torch.Tensor, ...], tail: list[Any]) -> list[Any]:
+    def _arguments(self, io: tuple[torch.Tensor, ...], tail: Sequence[Any]) -> list[Any]:
         """The C launcher's arguments after its hooks: the io slots, then the tail."""
         if self._plain:
             return [t.data_ptr() for t in io] + list(tail)
@@ -125,25 +136,25 @@ class DirectLaunch:
         return args
 
     def __call__(self, grid: tuple[int, int, int], stream: int, io: tuple[torch.Tensor, ...],
-                 tail: list[Any] | None = None) -> None:
+                 tail: Sequence[Any] | None = None) -> None:
         """Launch on ``stream`` (a raw CUDA stream handle) with ``io`` first: tensors of the
         templates' dtype, shape, strides and 16-byte alignment on the current GPU (the caller's
         plan checks them). ``tail`` replaces the bound tail for this launch: values of the
         same Triton specialization (:func:`specialization`), checked by the caller."""
-        enter, leave = knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook
-        if tail is not None or not (_idle(enter) and _idle(leave)):
+        hooked = not hooks_idle()
+        if tail is not None or hooked:
             tail = self.tail if tail is None else tail
-            hooked = not (_idle(enter) and _idle(leave))
+            enter, leave = ((knobs.runtime.launch_enter_hook, knobs.runtime.launch_exit_hook)
+                            if hooked else (None, None))
             metadata = (self._compiled.launch_metadata(grid, stream, *io, *tail) if hooked
                         else None)
-            self._raw(grid[0], grid[1], grid[2], stream, self._compiled.function,
-                      *self._flags, metadata, enter if hooked else None,
-                      leave if hooked else None, *self._arguments(io, tail))
+            self._raw(grid[0], grid[1], grid[2], stream, self._function, *self._flags,
+                      metadata, enter, leave, *self._arguments(io, tail))
             return
         key = (stream, grid, *[t.data_ptr() for t in io])
         args = self._args.get(key)
         if args is None:
-            args = (grid[0], grid[1], grid[2], stream, self._compiled.function, *self._flags,
+            args = (grid[0], grid[1], grid[2], stream, self._function, *self._flags,
                     None, None, None, *self._arguments(io, self.tail))
             if len(self._args) >= MAX_ADDRESSES:
                 self._args.clear()

@@ -16,15 +16,15 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch.autograd.graph import increment_version
 
 from flashrepro.configs import KernelConfig, block_dim
-from flashrepro.counters import stream_counters, stream_scratch
-from flashrepro.direct import DirectLaunch, int_class, launch
+from flashrepro.counters import stream_buffers
+from flashrepro.direct import DirectLaunch, launch
 from flashrepro.kernels import LOG2_E
 from flashrepro.kernels.call import KernelCall
 from flashrepro.kernels.decode import decode_fwd_kernel
@@ -145,12 +145,17 @@ def num_kv_splits(programs: int, seqlen_k: int, block_n: int, num_sms: int) -> i
     lab/2026-12-03-decode-tma-tiles/). The kernel divides each sequence's own key blocks
     between the splits.
     """
-    key_blocks = _cdiv(seqlen_k, block_n)
-    splits = max(1, num_sms // programs)
-    if (splits == 1 and block_n <= 64 and 2 * programs < 3 * num_sms
-            and seqlen_k >= LONG_CACHE_KEYS):
+    limit = _split_limit(programs, seqlen_k >= LONG_CACHE_KEYS, block_n, num_sms)
+    return max(1, min(limit, _cdiv(seqlen_k, block_n)))
+
+
+def _split_limit(programs: int, long_cache: bool, block_n: int, num_sms: int) -> int:
+    """:func:`num_kv_splits` before the cap of one split per key block (any count for an
+    empty grid, which never launches)."""
+    splits = max(1, num_sms // max(programs, 1))
+    if splits == 1 and block_n <= 64 and 2 * programs < 3 * num_sms and long_cache:
         splits = 2
-    return max(1, min(splits, MAX_SPLITS, key_blocks))
+    return min(splits, MAX_SPLITS)
 
 
 @functools.cache
@@ -321,8 +326,9 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
                        bshd: bool = False) -> tuple[Any, ...] | None:
     """The key of a checked :func:`kvcache_forward` call: every property of its arguments that
     :func:`validate_kvcache` and :func:`~flashrepro.validation.check_out` read, except the
-    caches' length L_max (so a cache that grows by a token per call keeps its key) and the
-    out's memory against q, k and v (checked per call); None where the call must take the full
+    caches' length L_max (so a cache that grows by a token per call keeps its key; only
+    whether k's and v's agree) and the out's memory against q, k and v (checked per call);
+    None where the call must take the full
     checks (arguments of other types, tensors that require grad, are not dense, carry a
     negation bit or have no sizes)."""
     tensor = torch.Tensor
@@ -349,11 +355,11 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
         used = None if seqused_k is None else (seqused_k.shape, seqused_k.dtype,
                                                seqused_k.device)
         # unpacked, not sliced: a slice of a torch.Size costs a new Size per call
-        kb, kh, _, kd = k.shape
-        vb, vh, _, vd = v.shape
+        kb, kh, kl, kd = k.shape
+        vb, vh, vl, vd = v.shape
         key = (q.shape, q.stride(), q.dtype, q.device, kb, kh, kd, k.dtype, k.device, vb, vh,
-               vd, v.dtype, v.device, used, causal, scale, scale.__class__, enable_gqa,
-               num_splits, return_lse, bshd, _mma_v3_switch())
+               vd, kl == vl, v.dtype, v.device, used, causal, scale, scale.__class__,
+               enable_gqa, num_splits, return_lse, bshd, _mma_v3_switch())
         if out is None:
             return key
         if out.layout is not _STRIDED or out.is_neg():
@@ -365,7 +371,8 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
 
 @dataclass(frozen=True)
 class _DecodeShape:
-    """What a checked kvcache signature fixes: the packed-row tiling and the launch config."""
+    """What a checked kvcache signature fixes: the packed-row tiling and the launch config,
+    and the signature's launch plans."""
 
     kv_group: int
     block_m: int
@@ -375,9 +382,19 @@ class _DecodeShape:
     programs: int
     """B·H_kv·row_blocks: the grid before splits."""
     num_sms: int
+    split_limits: tuple[int, int]
+    """The most key splits below :data:`LONG_CACHE_KEYS` keys and from it
+    (:func:`num_kv_splits`)."""
+    plans: dict[tuple[Any, ...], _DecodePlan] = field(default_factory=dict, compare=False)
+    """The signature's :class:`_DecodePlan` per split count, Triton specialization of the
+    caches' strides and L_max, and 16-byte alignment of each tensor (:func:`kvcache_forward`)."""
+
+    def splits(self, seqlen_k: int) -> int:
+        """:func:`num_kv_splits` for a cache of ``seqlen_k`` >= 1 keys."""
+        limit = self.split_limits[seqlen_k >= LONG_CACHE_KEYS]
+        return limit if limit == 1 else min(limit, -(-seqlen_k // self.config.block_n))
 
 
-@dataclass(frozen=True)
 class _DecodePlan:
     """The launch of a checked signature at one split count, one specialization of the
     caches' strides and length, and one 16-byte alignment of each tensor (see
@@ -386,22 +403,30 @@ class _DecodePlan:
     serves every call of its specialization, whose bound tail is its first call's.
 
     Attributes:
+        decode: the decode kernel's launch.
+        grid: its grid.
+        tail: its first call's arguments after the tensors.
         parts: float32 scratch elements of a split launch
             (:func:`~flashrepro.counters.stream_scratch`; 0 without splits).
         locks: split counters the launch uses (:func:`~flashrepro.counters.stream_counters`).
+        before, between, after: ``tail`` before the caches' strides, between them and L_max,
+            after L_max; a launch's tail is ``(*before, *strides, *between, l_max, *after)``.
     """
 
-    decode: DirectLaunch
-    grid: tuple[int, int, int]
-    tail: tuple[Any, ...]
-    parts: int
-    locks: int
+    __slots__ = ("after", "before", "between", "decode", "grid", "locks", "parts", "tail")
+
+    def __init__(self, decode: DirectLaunch, grid: tuple[int, int, int], tail: tuple[Any, ...],
+                 parts: int, locks: int) -> None:
+        self.decode, self.grid, self.tail, self.parts, self.locks = (decode, grid, tail, parts,
+                                                                     locks)
+        self.before = tail[:_K_STRIDES.start]
+        self.between = tail[_K_STRIDES.stop:_L_MAX]
+        self.after = tail[_L_MAX + 1:]
 
 
 _CHECKED_KVCACHE: dict[tuple[Any, ...], _DecodeShape] = {}
 """Signatures (:func:`_kvcache_signature`) of calls that passed every check, with what they
 fix."""
-_DECODE_PLANS: dict[tuple[Any, ...], _DecodePlan] = {}
 _PARAMS = list(inspect.signature(decode_fwd_kernel.fn).parameters)
 _IO = _PARAMS.index("stride_qb")
 """The decode kernel's tensor arguments, before its tail."""
@@ -446,7 +471,10 @@ def _decode_shape(q: torch.Tensor, k: torch.Tensor, config: DecodeConfig | None 
     row_blocks = _cdiv(rows, block_m)
     programs = b * h_kv * row_blocks
     cfg = config or decode_config(d, block_m, programs, num_sms, max_shared)
-    return _DecodeShape(kv_group, block_m, row_blocks, block_dim(d), cfg, programs, num_sms)
+    limits = (_split_limit(programs, False, cfg.block_n, num_sms),
+              _split_limit(programs, True, cfg.block_n, num_sms))
+    return _DecodeShape(kv_group, block_m, row_blocks, block_dim(d), cfg, programs, num_sms,
+                        limits)
 
 
 def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -461,23 +489,28 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     transformers' attention functions return, without the checks an ``out`` takes.
 
     Host cost (a decode step calls this once per layer). A call whose
-    :func:`_kvcache_signature` passed the checks before skips them (only k's and v's lengths
-    and ``out``'s memory are checked again). Its kernels then launch from a
-    :class:`_DecodePlan` keyed by that signature, the split count and the Triton
-    specialization of the caches' strides and L_max: the kernel's arguments are the
+    :func:`_kvcache_signature` passed the checks before skips them (only ``out``'s memory is
+    checked again). Its kernels then launch from one of the signature's plans
+    (:class:`_DecodePlan`), keyed by the split count and the Triton specialization of the
+    caches' strides and L_max and of each tensor's alignment: the kernel's arguments are the
     plan's with this call's strides and L_max put in, so a cache that grows by a token per call
     (transformers' DynamicCache: new shape and strides each time) still launches from its plan.
     Other calls launch through :func:`flashrepro.direct.launch`, which makes the plan."""
     key = _kvcache_signature(q, k, v, seqused_k, causal, scale, enable_gqa, num_splits,
                              return_lse, out, bshd)
     shape = _CHECKED_KVCACHE.get(key) if key is not None else None
-    o: torch.Tensor | None  # (B, H, Lq, D): made for the full launch only where bshd
-    if (shape is None or k.shape[2] != v.shape[2]
-            or (out is not None and out.numel() and not _disjoint(out, q, k, v))):
+    checked = shape is not None and (out is None or not out.numel()
+                                     or _disjoint(out, q, k, v))
+    if not checked:
         validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
                          num_splits=num_splits, return_lse=return_lse)
-        result = check_out(out, q, q=q, k=k, v=v) if out is not None or not bshd else _bshd(q)
-        if key is not None and config is None and k.shape[1] and q.shape[2]:
+    b, h, lq, d = q.shape
+    l_max = k.shape[2]
+    o: torch.Tensor | None  # (B, H, Lq, D): made for the full launch only where bshd
+    if not checked:
+        result = (check_out(out, q, q=q, k=k, v=v) if out is not None or not bshd
+                  else q.new_empty((b, lq, h, d)))
+        if key is not None and config is None and k.shape[1] and lq:
             if len(_CHECKED_KVCACHE) >= MAX_PLANS:
                 _CHECKED_KVCACHE.clear()
             _CHECKED_KVCACHE[key] = _decode_shape(q, k)
@@ -485,15 +518,13 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     elif out is not None:
         o = result = out
     elif bshd:
-        o, result = None, _bshd(q)
+        o, result = None, q.new_empty((b, lq, h, d))
     else:
-        o = result = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        o = result = q.new_empty((b, h, lq, d))
     if out is not None:
         increment_version(out)
-    b, h, lq, d = q.shape
-    l_max = k.shape[2]
-    lse = torch.empty((b, h, lq), dtype=torch.float32, device=q.device) if return_lse else None
-    if result.numel() == 0 or l_max == 0:  # nothing to compute, or no key for any row
+    lse = q.new_empty((b, h, lq), dtype=torch.float32) if return_lse else None
+    if not (b and h and lq and d) or l_max == 0:  # nothing to compute, or no key for any row
         result.zero_()
         if lse is not None:
             lse.fill_(float("-inf"))
@@ -501,23 +532,27 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if shape is None or config is not None:
         shape = _decode_shape(q, k, config)
     cfg, block_d = shape.config, shape.block_d
-    splits = num_splits or num_kv_splits(shape.programs, l_max, cfg.block_n, shape.num_sms)
+    splits = num_splits or shape.splits(l_max)
     kst = k.stride()
     plan_key = None
     if key is not None and config is None:
-        # Unrolled (a decode step calls this once per layer): the int classes of L_max and
-        # of k's strides, and each tensor's 16-byte alignment, as Triton specializes them;
-        # seqused_k's layout too (the kernel gets a contiguous copy of a strided one).
-        plan_key = (key, splits, int_class(l_max), int_class(kst[0]), int_class(kst[1]),
-                    int_class(kst[2]), int_class(kst[3]), kst == v.stride(),
+        # Unrolled (a decode step calls this once per layer): what Triton specializes of
+        # L_max and k's strides (int_class: below 2^31, 1, a multiple of 16; all are ints
+        # in [0, 2^63)) and of each tensor (16-byte alignment); seqused_k's layout too (the
+        # kernel gets a contiguous copy of a strided one).
+        s0, s1, s2, s3 = kst
+        plan_key = (splits, l_max < INT32_LIMIT, l_max == 1, l_max % 16 == 0,
+                    s0 < INT32_LIMIT, s0 == 1, s0 % 16 == 0, s1 < INT32_LIMIT, s1 == 1,
+                    s1 % 16 == 0, s2 < INT32_LIMIT, s2 == 1, s2 % 16 == 0, s3 < INT32_LIMIT,
+                    s3 == 1, s3 % 16 == 0, kst == v.stride(),
                     q.data_ptr() & 15 == 0, k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0,
                     result.data_ptr() & 15 == 0, None if seqused_k is None else (
                         seqused_k.is_contiguous(), seqused_k.data_ptr() & 15 == 0))
-        plan = _DECODE_PLANS.get(plan_key)
+        plan = shape.plans.get(plan_key)
         # fits_int32(k, (2, block_n), (3, block_d)), unrolled
-        if plan is not None and (l_max <= 1 or kst[2] >= INT32_LIMIT
-                                 or kst[2] * cfg.block_n < INT32_LIMIT) and (
-                d <= 1 or kst[3] >= INT32_LIMIT or kst[3] * block_d < INT32_LIMIT):
+        if plan is not None and (l_max <= 1 or s2 >= INT32_LIMIT
+                                 or s2 * cfg.block_n < INT32_LIMIT) and (
+                d <= 1 or s3 >= INT32_LIMIT or s3 * block_d < INT32_LIMIT):
             _launch_plan(plan, q, k, v, seqused_k, result, lse, kst, l_max)
             return result, lse
     if o is None:
@@ -538,8 +573,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     grid = (b * h_kv, shape.row_blocks, splits)
     parts_numel = b * h * lq * splits * (d + 1) if splits > 1 else 0
     if parts_numel:
-        parts = stream_scratch(q.device, parts_numel)
-        locks = stream_counters(q.device, grid[0] * grid[1])
+        locks, parts = stream_buffers(q.device, grid[0] * grid[1], parts_numel)
     else:
         parts, locks = q_kernel, seqused  # never touched without splits
     decode_call = KernelCall(decode_fwd_kernel, grid, (
@@ -556,19 +590,13 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if o_kernel is not o:
         o.copy_(o_kernel)
     if plan_key is not None and decode is not None:
-        if len(_DECODE_PLANS) >= MAX_PLANS:
-            _DECODE_PLANS.clear()
+        if len(shape.plans) >= MAX_PLANS:
+            shape.plans.clear()
         values = decode_call.ordered_values()
         assert values is not None
-        _DECODE_PLANS[plan_key] = _DecodePlan(decode, grid, tuple(values[_IO:]), parts_numel,
-                                              grid[0] * grid[1])
+        shape.plans[plan_key] = _DecodePlan(decode, grid, tuple(values[_IO:]), parts_numel,
+                                            grid[0] * grid[1])
     return result, lse
-
-
-def _bshd(q: torch.Tensor) -> torch.Tensor:
-    """An output for q (B, H, Lq, D), as a contiguous (B, Lq, H, D) tensor."""
-    b, h, lq, d = q.shape
-    return torch.empty((b, lq, h, d), dtype=q.dtype, device=q.device)
 
 
 def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -577,17 +605,14 @@ def _launch_plan(plan: _DecodePlan, q: torch.Tensor, k: torch.Tensor, v: torch.T
     """Run ``plan`` on a call of its key (checked by :func:`kvcache_forward`). Only the
     tensors' addresses go in: ``o`` may be any tensor at the output's address (the (B, Lq, H,
     D) tensor of a ``bshd`` call)."""
-    tail = list(plan.tail)
-    tail[_K_STRIDES] = kst
-    tail[_L_MAX] = l_max
     seqused_k = seqused_k.contiguous() if seqused_k is not None else q  # never touched
     if plan.parts:
-        parts = stream_scratch(q.device, plan.parts)
-        locks = stream_counters(q.device, plan.locks)
+        locks, parts = stream_buffers(q.device, plan.locks, plan.parts)
     else:
         parts, locks = q, seqused_k  # never touched without splits
-    io = (q, k, v, o, lse if lse is not None else q, seqused_k, parts, locks)
-    plan.decode.on_stream(plan.grid, q.get_device(), io, tail)
+    plan.decode.on_stream(plan.grid, q.get_device(), (
+        q, k, v, o, lse if lse is not None else q, seqused_k, parts, locks), (
+        *plan.before, *kst, *plan.between, l_max, *plan.after))
 
 
 def varlen_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,

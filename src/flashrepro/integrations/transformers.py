@@ -88,7 +88,6 @@ _UNSUPPORTED_KWARGS = {
 _VARLEN_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
 """transformers' ``FlashAttentionKwargs``: packed sequences given by their offsets."""
 _VARLEN_SET = frozenset(_VARLEN_KWARGS)
-_NO_VARLEN = (None,) * len(_VARLEN_KWARGS)
 _NAMED_KWARGS = frozenset({*_UNSUPPORTED_KWARGS, *_VARLEN_KWARGS, "output_attentions"})
 """The keyword arguments :func:`attention_forward` reads from ``kwargs``."""
 
@@ -253,35 +252,28 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     """
     if dropout:
         raise _refuse(f"attention dropout (dropout={dropout})")
-    named = _NAMED_KWARGS.intersection(kwargs) if kwargs else ()
-    for name in sorted(named):  # per layer and step: only the names passed, in one order
-        value_set = kwargs[name]
-        if name in _UNSUPPORTED_KWARGS and value_set is not None and value_set is not False \
-                and not (isinstance(value_set, (int, float)) and value_set == 0):
-            raise _refuse(f"{_UNSUPPORTED_KWARGS[name]} ({name}={value_set!r})")
-    if "output_attentions" in named and kwargs["output_attentions"]:
-        raise _refuse("output_attentions=True (the kernel never forms the attention weights)")
+    varlen = _varlen_kwargs(kwargs) if kwargs else None
     descriptor = attention_mask
     if descriptor is not None and not isinstance(descriptor, (KeyPrefix, UsedKeys, KeySpans,
                                                               Packed)):
         shape = tuple(descriptor.shape) if isinstance(descriptor, torch.Tensor) else None
         raise _refuse(f"an explicit attention mask ({type(descriptor).__name__}, shape "
                       f"{shape}; flashrepro's own mask function returns key spans)")
-    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
-    causal = bool(causal)
+    causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     scale = None if scaling is None else float(scaling)
     gqa = key.shape[1] != query.shape[1]
-    varlen = ([kwargs.get(k) for k in _VARLEN_KWARGS] if not _VARLEN_SET.isdisjoint(named)
-              else _NO_VARLEN)
-    if any(v is not None for v in varlen):
-        if any(v is None for v in varlen):
-            given = [k for k, v in zip(_VARLEN_KWARGS, varlen, strict=True) if v is not None]
-            raise _refuse(f"packed sequences from {given} alone (pass all of "
-                          f"{list(_VARLEN_KWARGS)})")
+    if varlen is not None:
         if isinstance(descriptor, KeySpans):
             raise _refuse("padding in attention_mask together with cu_seq_lens_q/k (pass "
                           "one or the other)")
         return _packed(query, key, value, *varlen, causal, scale), None
+    if isinstance(descriptor, KeyPrefix):
+        key, value = key[:, :, :descriptor.length], value[:, :, :descriptor.length]
+        descriptor = None
+    if descriptor is None:  # every key valid (a DynamicCache's decode step): no seqused_k
+        if query.shape[2] <= KVCACHE_MAX_LQ:
+            return _kvcache(query, key, value, None, causal, scale, gqa), None
+        return _dense(query, key, value, causal and query.shape[2] > 1, scale, gqa), None
     if isinstance(descriptor, Packed):
         if descriptor.no_restart is None:
             return _packed_by_position(query, key, value, kwargs.get("position_ids"),
@@ -293,18 +285,36 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                                 "and max_length_q/k (FlashAttentionKwargs)")
         # the prefill kernels at any L_q: choosing by L_q would guard a dynamic length
         return _dense(query, key, value, causal and query.shape[2] > 1, scale, gqa), None
-    if isinstance(descriptor, KeyPrefix):
-        key, value = key[:, :, :descriptor.length], value[:, :, :descriptor.length]
-        descriptor = None
-    if descriptor is None:
-        if query.shape[2] <= KVCACHE_MAX_LQ:  # every key valid: no seqused_k
-            return _kvcache(query, key, value, None, causal, scale, gqa), None
-        return _dense(query, key, value, causal and query.shape[2] > 1, scale, gqa), None
     if isinstance(descriptor, UsedKeys):
         if query.shape[2] <= KVCACHE_MAX_LQ:
             return _kvcache(query, key, value, descriptor.used, causal, scale, gqa), None
         return _prefix(query, key, value, descriptor.used, causal, scale), None
     return _spans(query, key, value, descriptor, causal, scale, gqa), None
+
+
+def _varlen_kwargs(kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
+    """Refuse the model keyword arguments of features the kernels lack
+    (:data:`_UNSUPPORTED_KWARGS`, ``output_attentions``); return FlashAttention's four varlen
+    arguments where any is given (all four, else refused by name), else None. Reads only the
+    names passed."""
+    named = _NAMED_KWARGS.intersection(kwargs)
+    for name in sorted(named):  # in one order, whatever the model's
+        value_set = kwargs[name]
+        if name in _UNSUPPORTED_KWARGS and value_set is not None and value_set is not False \
+                and not (isinstance(value_set, (int, float)) and value_set == 0):
+            raise _refuse(f"{_UNSUPPORTED_KWARGS[name]} ({name}={value_set!r})")
+    if "output_attentions" in named and kwargs["output_attentions"]:
+        raise _refuse("output_attentions=True (the kernel never forms the attention weights)")
+    if _VARLEN_SET.isdisjoint(named):
+        return None
+    varlen = tuple(kwargs.get(k) for k in _VARLEN_KWARGS)
+    if all(v is None for v in varlen):
+        return None
+    if any(v is None for v in varlen):
+        given = [k for k, v in zip(_VARLEN_KWARGS, varlen, strict=True) if v is not None]
+        raise _refuse(f"packed sequences from {given} alone (pass all of "
+                      f"{list(_VARLEN_KWARGS)})")
+    return varlen
 
 
 def _dense(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool,
