@@ -261,7 +261,6 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                       f"{shape}; flashrepro's own mask function returns key spans)")
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     scale = None if scaling is None else float(scaling)
-    gqa = key.shape[1] != query.shape[1]
     if varlen is not None:
         if isinstance(descriptor, KeySpans):
             raise _refuse("padding in attention_mask together with cu_seq_lens_q/k (pass "
@@ -272,8 +271,8 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         descriptor = None
     if descriptor is None:  # every key valid (a DynamicCache's decode step): no seqused_k
         if query.shape[2] <= KVCACHE_MAX_LQ:
-            return _kvcache(query, key, value, None, causal, scale, gqa), None
-        return _dense(query, key, value, causal and query.shape[2] > 1, scale, gqa), None
+            return _kvcache(query, key, value, None, causal, scale), None
+        return _dense(query, key, value, causal and query.shape[2] > 1, scale), None
     if isinstance(descriptor, Packed):
         if descriptor.no_restart is None:
             return _packed_by_position(query, key, value, kwargs.get("position_ids"),
@@ -284,12 +283,12 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
                                 "row) are not supported under tracing; pass cu_seq_lens_q/k "
                                 "and max_length_q/k (FlashAttentionKwargs)")
         # the prefill kernels at any L_q: choosing by L_q would guard a dynamic length
-        return _dense(query, key, value, causal and query.shape[2] > 1, scale, gqa), None
+        return _dense(query, key, value, causal and query.shape[2] > 1, scale), None
     if isinstance(descriptor, UsedKeys):
         if query.shape[2] <= KVCACHE_MAX_LQ:
-            return _kvcache(query, key, value, descriptor.used, causal, scale, gqa), None
+            return _kvcache(query, key, value, descriptor.used, causal, scale), None
         return _prefix(query, key, value, descriptor.used, causal, scale), None
-    return _spans(query, key, value, descriptor, causal, scale, gqa), None
+    return _spans(query, key, value, descriptor, causal, scale), None
 
 
 def _varlen_kwargs(kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
@@ -318,12 +317,12 @@ def _varlen_kwargs(kwargs: dict[str, Any]) -> tuple[Any, ...] | None:
 
 
 def _dense(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: bool,
-           scale: float | None, gqa: bool) -> torch.Tensor:
-    """:func:`flashrepro.attention` (bottom-right causal), output (B, L_q, H, D)."""
+           scale: float | None) -> torch.Tensor:
+    """:func:`flashrepro.attention` (bottom-right causal, GQA allowed), output (B, L_q, H, D)."""
     if needs_operator(query, key, value):  # flashrepro.attention's rule
-        return traced_attention(query, key, value, causal, scale, gqa)
+        return traced_attention(query, key, value, causal, scale, True)
     # its eager call, the output born (B, L, H, D): no transpose copy, no out= checks
-    o, _ = launch.forward(query, key, value, causal=causal, scale=scale, enable_gqa=gqa,
+    o, _ = launch.forward(query, key, value, causal=causal, scale=scale, enable_gqa=True,
                           causal_alignment="bottom_right", return_lse=False, config=None,
                           out=None, bshd=True)
     return o.transpose(1, 2)
@@ -340,16 +339,15 @@ def traced_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 
 
 def _kvcache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-             used: torch.Tensor | None, causal: bool, scale: float | None,
-             gqa: bool) -> torch.Tensor:
-    """:func:`flashrepro.attention_kvcache` with ``seqused_k=used`` (None: every key),
-    output (B, L_q, H, D)."""
+             used: torch.Tensor | None, causal: bool, scale: float | None) -> torch.Tensor:
+    """:func:`flashrepro.attention_kvcache` with ``seqused_k=used`` (None: every key), GQA
+    allowed, output (B, L_q, H, D)."""
     if needs_operator(query, key, value, used):
         return flashrepro.attention_kvcache(query, key, value, used, causal=causal, scale=scale,
-                                            enable_gqa=gqa).transpose(1, 2)
+                                            enable_gqa=True).transpose(1, 2)
     # its eager call, the output born (B, L_q, H, D): no transpose copy, no out= checks
     o, _ = launch_varlen.kvcache_forward(query, key, value, used, causal=causal, scale=scale,
-                                         enable_gqa=gqa, num_splits=None, return_lse=False,
+                                         enable_gqa=True, num_splits=None, return_lse=False,
                                          bshd=True)
     return o
 
@@ -398,7 +396,7 @@ def _prefix(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, used: t
 
 
 def _spans(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spans: KeySpans,
-           causal: bool, scale: float | None, gqa: bool) -> torch.Tensor:
+           causal: bool, scale: float | None) -> torch.Tensor:
     """:class:`KeySpans`: the varlen kernel over each row's span (L_q <= 16: only rows the
     KV-cache kernel cannot take, the two outputs added), NaN on broken rows."""
     b, lq, lk = query.shape[0], query.shape[2], key.shape[2]
@@ -413,7 +411,7 @@ def _spans(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, spans: K
     out = _varlen_bshd(query, k_flat, v_flat, layout.cu_seqlens_q, cu_k, lq, lk, causal,
                        scale, layout.seqused_k)
     if layout.kv_used is not None:
-        out = out + _kvcache(query, key, value, layout.kv_used, causal, scale, gqa)
+        out = out + _kvcache(query, key, value, layout.kv_used, causal, scale)
     broken = spans.broken
     if broken is not None:
         out = out + _derived(broken, ("poison", out.dtype), lambda: torch.where(
