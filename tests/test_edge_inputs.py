@@ -308,7 +308,7 @@ def test_subclass_k_v_in_the_transformers_prefill() -> None:
     q, k, v = _qkv()
     k2, v2 = random_qkv(1, 2, 16, 16, 16, torch.float16, DEVICE)[1:]
     with torch.no_grad():
-        o = fr_tf._dense(q, TwoTensor(k, k2), TwoTensor(v, v2), True, None, False)
+        o = fr_tf._dense(q, TwoTensor(k, k2), TwoTensor(v, v2), True, None)
     assert isinstance(o, TwoTensor) and o.shape == (1, 16, 2, 16)
     assert_parity(o.a.transpose(1, 2), None, q, k, v, causal=True, bottom_right=True)
     assert_parity(o.b.transpose(1, 2), None, q, k2, v2, causal=True, bottom_right=True)
