@@ -80,7 +80,7 @@ ARG SOURCE=""
 # The source tree has no .git: results JSON take their git commit from here (flashrepro_harness.env).
 ENV FLASHREPRO_GIT_COMMIT=${REVISION}
 LABEL org.opencontainers.image.title="flashrepro" \
-      org.opencontainers.image.description="Triton FlashAttention-2 forward kernel: timings vs torch and SASS counts, reproduced" \
+      org.opencontainers.image.description="FlashAttention forward kernels in Triton and Gluon: timings vs torch and SASS counts, reproduced" \
       org.opencontainers.image.licenses="MIT" \
       org.opencontainers.image.source="${SOURCE}" \
       org.opencontainers.image.revision="${REVISION}" \
