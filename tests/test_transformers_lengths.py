@@ -249,6 +249,25 @@ def test_packed_sequences_equal_each_sequence_alone(simulated_kernels: None) -> 
         torch.testing.assert_close(outs[name], alone, rtol=1e-4, atol=1e-4, msg=f"{name} {msg}")
 
 
+def test_packed_offsets_follow_the_batch(simulated_kernels: None) -> None:
+    """One (1, L) position_ids tensor serves a batch of any size (transformers broadcasts it):
+    the packed offsets made from it for one batch size must not serve another (the extra rows'
+    outputs were left unwritten)."""
+    seed = fresh_seed()
+    model = build(tiny_config(), seed, torch.device("cpu"), "sdpa")
+    pos = torch.tensor([[0, 1, 2, 0, 1, 2, 3, 4, 5, 6]])
+    gen = torch.Generator().manual_seed(seed)
+    with torch.inference_mode():
+        for batch in (1, 3, 2):
+            ids = torch.randint(0, 128, (batch, pos.shape[1]), generator=gen)
+            model.set_attn_implementation("sdpa")
+            want = model(ids, position_ids=pos, use_cache=False).logits
+            model.set_attn_implementation(fr_tf.NAME)
+            got = model(ids, position_ids=pos, use_cache=False).logits
+            torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4,
+                                       msg=f"seed {seed} B={batch}")
+
+
 def test_broken_rows_are_refused_on_the_host_and_poisoned_on_the_device(
         simulated_kernels: None) -> None:
     """Right padding then more tokens leaves a row's valid keys in two pieces. Where the mask

@@ -463,13 +463,16 @@ def _packed_by_position(query: torch.Tensor, key: torch.Tensor, value: torch.Ten
         raise _refuse("packed sequences without position_ids of the queries' length (the "
                       "model passes none, or a KV cache holds earlier tokens)")
     seen = _POSITION_MEMO[0]
-    if seen is None or seen[0] is not position_ids or seen[1] != position_ids._version:
+    # the offsets depend on the queries' batch and device as well: (1, L) ids serve any B
+    if (seen is None or seen[0] is not position_ids
+            or seen[1:] != (position_ids._version, b, lq, query.device)):
         pos = position_ids.to(query.device).expand(b, lq)
         starts = torch.ones((b, lq), dtype=torch.bool, device=query.device)
         starts[:, 1:] = pos[:, 1:] - pos[:, :-1] != 1
         cu = torch.cat([starts.flatten().nonzero().flatten(),
                         torch.tensor([b * lq], device=query.device)]).to(torch.int32)
-        _POSITION_MEMO[:] = [(position_ids, position_ids._version), (cu, int(cu.diff().max()))]
+        _POSITION_MEMO[:] = [(position_ids, position_ids._version, b, lq, query.device),
+                             (cu, int(cu.diff().max()))]
     cu, longest = _POSITION_MEMO[1]
     return _packed(query, key, value, cu, cu, longest, longest, causal, scale)
 
