@@ -595,6 +595,20 @@ def test_varlen_kwargs_must_come_together() -> None:
                                 cu_seq_lens_q=torch.zeros(2, dtype=torch.int32))
 
 
+@pytest.mark.parametrize("offsets", [[0, 4, 8], torch.tensor([0.0, 3.9, 8.0]),
+                                     torch.tensor([False, True, True])],
+                         ids=["list", "float", "bool"])
+def test_varlen_kwargs_must_be_integer_tensors(offsets: object) -> None:
+    """FlashAttentionKwargs' offsets are integer tensors: anything else is refused by name,
+    not truncated to int32 or failed on inside the conversion."""
+    q = torch.zeros(1, 4, 8, 16, dtype=torch.float16)
+    k = torch.zeros(1, 2, 8, 16, dtype=torch.float16)
+    cu = torch.tensor([0, 4, 8], dtype=torch.int32)
+    with pytest.raises(TypeError, match="cu_seq_lens_k must be a tensor of integer offsets"):
+        fr_tf.attention_forward(torch.nn.Module(), q, k, k, None, cu_seq_lens_q=cu,
+                                cu_seq_lens_k=offsets, max_length_q=4, max_length_k=4)
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("cache", ["none", "dynamic", "static"])
 def test_padded_logits_match_sdpa_bf16_gpu(cache: str) -> None:

@@ -247,6 +247,7 @@ def attention_forward(module: torch.nn.Module, query: torch.Tensor, key: torch.T
             ``output_attentions`` set, some but not all of the four varlen arguments, or them
             with padding; packed sequences without ``position_ids``; and every error of the
             kernels' entry points (e.g. a tensor that requires grad: forward only).
+        TypeError: ``cu_seq_lens_q`` or ``cu_seq_lens_k`` not a tensor of integers.
         RuntimeError: under tracing, at run time (first layer): packed sequences given only
             by ``position_ids``.
     """
@@ -433,13 +434,24 @@ def _host_int(name: str, value: object) -> int:
     return value  # type: ignore[return-value]  # attention_varlen names a bad type
 
 
+def _offsets(name: str, value: object, device: torch.device) -> torch.Tensor:
+    """FlashAttentionKwargs' cumulative lengths as the varlen kernel takes them: int32 on
+    ``device``, from a tensor of any integer dtype (transformers makes int32)."""
+    if not isinstance(value, torch.Tensor) or value.dtype.is_floating_point \
+            or value.dtype.is_complex or value.dtype == torch.bool:
+        what = value.dtype if isinstance(value, torch.Tensor) else type(value).__name__
+        raise TypeError(f"attn_implementation={NAME!r}: {name} must be a tensor of integer "
+                        f"offsets (FlashAttentionKwargs), got {what}")
+    return value.to(device=device, dtype=torch.int32)
+
+
 def _packed(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, cu_q: torch.Tensor,
             cu_k: torch.Tensor, max_q: object, max_k: object, causal: bool,
             scale: float | None) -> torch.Tensor:
     """FlashAttentionKwargs' packed sequences: query token b·L_q + i, key token b·L_k + j."""
     device = query.device
-    cu_q = cu_q.to(device=device, dtype=torch.int32)
-    cu_k = cu_k.to(device=device, dtype=torch.int32)
+    cu_q = _offsets("cu_seq_lens_q", cu_q, device)
+    cu_k = _offsets("cu_seq_lens_k", cu_k, device)
     o = flashrepro.attention_varlen(_token_rows(query), _token_rows(key), _token_rows(value),
                                     cu_q, cu_k, _host_int("max_length_q", max_q),
                                     _host_int("max_length_k", max_k), causal=causal,
