@@ -84,8 +84,11 @@ def attention_kvcache(
 
     Edge cases:
         * Sizes of 0 (B, H, Lq) give empty outputs; L_max = 0 gives o = 0, lse = -inf.
-        * A row that sees no key, or whose visible scores are all -inf, gets o = 0 and
-          lse = -inf (SDPA gives NaN for the latter).
+        * A row that sees no key gets o = 0 and lse = -inf.
+        * Non-finite q or k, as :func:`flashrepro.attention`: a row whose scores over one
+          whole key block are all -inf is NaN, even if later keys are finite; a row whose
+          visible scores are all -inf is NaN, or o = 0 and lse = -inf where they fit in one
+          masked block (the last, partial one).
 
     Raises:
         TypeError, ValueError: :func:`flashrepro.launch_varlen.validate_kvcache`'s rules,
@@ -168,7 +171,9 @@ def attention_varlen(
         * Empty sequences (equal offsets) are allowed; B = 0, total_q = 0 or
           max_seqlen_q = 0 launch nothing. A query row whose sequence has no key (or that
           the causal mask leaves none) gets o = 0 and lse = -inf.
-        * A row whose visible scores are all -inf is NaN, as SDPA's softmax.
+        * Non-finite q or k: as :func:`flashrepro.attention`: a row whose visible scores are
+          all -inf is NaN, as SDPA's softmax, and so is a row whose scores over one whole key
+          block are all -inf, even if later keys are finite.
 
     Raises:
         TypeError, ValueError: :func:`flashrepro.launch_varlen.validate_varlen`'s rules,
