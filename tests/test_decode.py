@@ -248,6 +248,7 @@ def test_return_lse_false_returns_the_output_alone(device: torch.device) -> None
     (dict(seqused_k="shape"), ValueError, r"seqused_k must have shape \(B,\)"),
     (dict(seqused_k="meta"), ValueError, "seqused_k must be on q's device"),
     (dict(seqused_k="nested"), TypeError, "seqused_k must not be a nested tensor"),
+    (dict(seqused_k="neg"), ValueError, "seqused_k must not carry torch's lazy negation bit"),
     (dict(num_splits=0), ValueError, "num_splits must be in 1..65535"),
     (dict(num_splits=True), TypeError, "num_splits must be None or an int"),
     (dict(num_splits=2.0), TypeError, "num_splits must be None or an int"),
@@ -271,7 +272,9 @@ def test_bad_input_is_refused_by_name(bad: dict, error: type, match: str,
         used = {"int64": torch.tensor([16, 5], device=device),
                 "shape": torch.tensor([16, 5, 1], dtype=torch.int32, device=device),
                 "meta": torch.empty(2, dtype=torch.int32, device="meta"),
-                "nested": torch.nested.nested_tensor([one, one])}[used]
+                "nested": torch.nested.nested_tensor([one, one]),
+                "neg": torch._neg_view(torch.tensor([-16, -5], dtype=torch.int32,
+                                                    device=device))}[used]
     with pytest.raises(error, match=match):
         flashrepro.attention_kvcache(q, k, v, used, **args)
 

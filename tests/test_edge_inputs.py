@@ -383,3 +383,47 @@ def test_forward_ad_tangents_are_refused() -> None:
                                         q.shape[2])
         o = flashrepro.attention(q, k, v, causal=True)
     assert_parity(o, None, q, k, v, causal=True)
+
+
+def _kvcache_call(**change: Any) -> Callable[[], Any]:
+    q, k, v = _qkv()
+    args = dict(q=q[:, :, :1], k=k, v=v, seqused_k=torch.tensor([9], dtype=torch.int32,
+                                                                 device=q.device), scale=None)
+    args.update(change)
+    return lambda: flashrepro.attention_kvcache(args.pop("q"), args.pop("k"), args.pop("v"),
+                                                **args)
+
+
+def _varlen_call(**change: Any) -> Callable[[], Any]:
+    q, k, v = (t[0].transpose(0, 1) for t in _qkv())  # (total, H, D)
+    cu = torch.tensor([0, 5, 16], dtype=torch.int32, device=q.device)
+    args = dict(q=q, k=k, v=v, cu_seqlens_q=cu, cu_seqlens_k=cu, scale=None)
+    args.update(change)
+    return lambda: flashrepro.attention_varlen(
+        args.pop("q"), args.pop("k"), args.pop("v"), args.pop("cu_seqlens_q"),
+        args.pop("cu_seqlens_k"), 11, 11, **args)
+
+
+@pytest.mark.parametrize("call,error,message", [
+    (lambda: _kvcache_call(scale=True), TypeError, "scale must be None or a real number"),
+    (lambda: _kvcache_call(scale="0.3"), TypeError, "scale must be None or a real number"),
+    (lambda: _kvcache_call(seqused_k=[9]), TypeError, "seqused_k must be"),
+    (lambda: _kvcache_call(k=[0.0]), TypeError, "k must be a torch.Tensor"),
+    (lambda: _kvcache_call(out=torch.zeros(1, 2, 1, 16, dtype=torch.float16, device=DEVICE,
+                                           requires_grad=True)), ValueError, "out requires grad"),
+    (lambda: _varlen_call(scale=True), TypeError, "scale must be None or a real number"),
+    (lambda: _varlen_call(cu_seqlens_q=[0, 5, 16]), TypeError, "cu_seqlens_q must be"),
+    (lambda: _varlen_call(v=None), TypeError, "v must be a torch.Tensor"),
+], ids=["kvcache-scale-bool", "kvcache-scale-str", "kvcache-seqused-list", "kvcache-k-list",
+        "kvcache-out-grad", "varlen-scale-bool", "varlen-cu-list", "varlen-v-none"])
+def test_operator_path_names_the_argument_as_eager(call: Callable[[], Callable[[], Any]],
+                                                    error: type, message: str) -> None:
+    """Under a dispatch mode (here the flop counter) the varlen and KV-cache calls go through
+    their operators, whose schema coerced ``scale=True`` to 1.0 and failed on other types
+    with the dispatcher's RuntimeError; they must refuse as the eager call does."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with pytest.raises(error, match=message):
+        call()()
+    with FlopCounterMode(display=False), pytest.raises(error, match=message):
+        call()()

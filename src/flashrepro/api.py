@@ -172,10 +172,7 @@ def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     check_scale_and_alignment(scale, causal_alignment)
     check_config(config)  # eager's rule: a label string is no config here either
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if isinstance(t, torch.Tensor):
-            check_not_nested(name, t)  # the dispatcher has no nested kernel to refuse it with
-            if not torch.compiler.is_compiling():  # dynamo cannot trace functorch's queries
-                _check_not_differentiated(name, t)
+        check_traced_input(name, t)
     if isinstance(config, KernelConfig):
         config = config.label()
     op = ops.attention_lse if return_lse else ops.attention
@@ -184,6 +181,22 @@ def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     if out is not None:
         o = check_out_like(out, q).copy_(o)
     return (o, lse) if return_lse else o
+
+
+def check_traced_input(name: str, t: object) -> None:
+    """What the operator's schema would not refuse by name: a non-tensor (the dispatcher's
+    RuntimeError), a nested tensor (it has no nested kernel), an input a ``torch.func``
+    transform differentiates.
+
+    Raises:
+        TypeError: ``t`` not a torch.Tensor.
+        ValueError: nested, or differentiated; naming the input.
+    """
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    check_not_nested(name, t)
+    if not torch.compiler.is_compiling():  # dynamo cannot trace functorch's queries
+        _check_not_differentiated(name, t)
 
 
 def _check_not_differentiated(name: str, t: torch.Tensor) -> None:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import torch
 
 from flashrepro import launch_varlen, ops
-from flashrepro.api import _check_not_differentiated, needs_operator
-from flashrepro.validation import _check_flag, check_not_nested, check_out_like
+from flashrepro.api import check_traced_input, needs_operator
+from flashrepro.validation import _check_flag, check_out_like, check_scale_and_alignment
 
 __all__ = ["attention_kvcache", "attention_varlen"]
 
@@ -103,7 +103,7 @@ def attention_kvcache(
                            ("return_lse", return_lse)):
             _check_flag(name, flag)  # the op's schema would coerce 1 to True
         launch_varlen.check_num_splits(num_splits)
-        _check_traced_inputs(q=q, k=k, v=v, seqused_k=seqused_k)
+        _check_traced_inputs(scale, q=q, k=k, v=v, seqused_k=seqused_k)
         o, lse = ops.attention_kvcache(q, k, v, seqused_k, causal, scale, enable_gqa,
                                        num_splits)
         if out is not None:
@@ -187,7 +187,7 @@ def attention_varlen(
             _check_flag(name, flag)
         for name, value in (("max_seqlen_q", max_seqlen_q), ("max_seqlen_k", max_seqlen_k)):
             launch_varlen.check_max_seqlen(name, value)  # the schema would coerce a bool
-        _check_traced_inputs(q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q,
+        _check_traced_inputs(scale, q=q, k=k, v=v, cu_seqlens_q=cu_seqlens_q,
                              cu_seqlens_k=cu_seqlens_k, seqused_k=seqused_k)
         o, lse = ops.attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                       max_seqlen_k, causal, scale, seqused_k)
@@ -199,11 +199,11 @@ def attention_varlen(
     return (o, lse) if return_lse else o
 
 
-def _check_traced_inputs(**tensors: object) -> None:
-    """What the dispatcher would not refuse by name on the traced path: nested tensors, and
-    inputs a ``torch.func`` transform differentiates (see ``flashrepro.api``)."""
+def _check_traced_inputs(scale: object, **tensors: object) -> None:
+    """What the operator's schema would coerce or refuse without naming the argument on the
+    traced path: ``scale`` (a bool would run as 1.0), and each tensor argument
+    (:func:`flashrepro.api.check_traced_input`; ``seqused_k`` may be None)."""
+    check_scale_and_alignment(scale, "bottom_right")
     for name, t in tensors.items():
-        if isinstance(t, torch.Tensor):
-            check_not_nested(name, t)
-            if not torch.compiler.is_compiling():
-                _check_not_differentiated(name, t)
+        if not (t is None and name == "seqused_k"):
+            check_traced_input(name, t)

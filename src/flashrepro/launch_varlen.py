@@ -185,8 +185,8 @@ def check_lengths(name: str, t: object, size: int | None, shape: str,
                   device: torch.device) -> None:
     """A length or offset tensor: a dense torch.Tensor (TypeError), dtype int32 (TypeError),
     1-D of ``size`` elements, or of at least one where ``size`` is None (ValueError;
-    ``shape`` names it, e.g. ``"(B,)"``), on ``device`` (ValueError). Its values are not read
-    (that would be a host sync).
+    ``shape`` names it, e.g. ``"(B,)"``), on ``device`` (ValueError), without the lazy
+    negation bit (ValueError). Its values are not read (that would be a host sync).
 
     Raises:
         TypeError, ValueError: naming ``name`` and the rule.
@@ -205,6 +205,9 @@ def check_lengths(name: str, t: object, size: int | None, shape: str,
         raise ValueError(f"{name} must have shape {shape} {want}, got {tuple(t.shape)}")
     if t.device != device:
         raise ValueError(f"{name} must be on q's device {device}, got {t.device}")
+    if t.is_neg():  # .contiguous() keeps the bit: the kernel would read the stored values
+        raise ValueError(f"{name} must not carry torch's lazy negation bit (the kernels read "
+                         f"its memory as stored); pass {name}.resolve_neg()")
 
 
 def check_max_seqlen(name: str, value: object) -> None:

@@ -228,8 +228,9 @@ def _overlaps_itself(t: torch.Tensor) -> bool:
 
 
 def check_out_like(out: object, like: torch.Tensor) -> torch.Tensor:
-    """`out` checked for type, shape, dtype and device against q (`like`): all that can be
-    checked while tracing (``torch.compile`` writes ``out`` by a copy of the op's output)."""
+    """`out` checked for type, shape, dtype and device against q (`like`), and refused where it
+    requires grad while autograd is on (as torch's own out= ops do): all that can be checked
+    while tracing (``torch.compile`` writes ``out`` by a copy of the op's output)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
     if out.layout != torch.strided:
@@ -238,22 +239,21 @@ def check_out_like(out: object, like: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"out must match q's shape {tuple(like.shape)}, dtype {like.dtype} "
                          f"and device {like.device}; got {tuple(out.shape)}, {out.dtype}, "
                          f"{out.device}")
+    if out.requires_grad and torch.is_grad_enabled():
+        raise ValueError("out requires grad, but flashrepro's attention is forward-only and "
+                         "writes out in place; pass a tensor that does not require grad")
     return out
 
 
 def check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
     """`out`, checked against q (`like`) and the inputs it must not share memory with (the
-    kernel writes it while other programs still read them); a fresh buffer when None. An
-    ``out`` that requires grad is refused while autograd is on, as torch's own out= ops do."""
+    kernel writes it while other programs still read them); a fresh buffer when None."""
     if out is None:
         return torch.empty(like.shape, dtype=like.dtype, device=like.device)
     out = check_out_like(out, like)
     if out.is_neg():  # under tracing the op's output is copied in, which honours the bit
         raise ValueError("out must not carry torch's lazy negation bit: the kernel writes its "
                          "memory as stored; pass a plain tensor")
-    if out.requires_grad and torch.is_grad_enabled():
-        raise ValueError("out requires grad, but flashrepro's attention is forward-only and "
-                         "writes out in place; pass a tensor that does not require grad")
     if _overlaps_itself(out):
         raise ValueError(f"out must not overlap itself (each element its own memory), got "
                          f"strides {out.stride()} for shape {tuple(out.shape)}")
