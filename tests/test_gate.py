@@ -253,6 +253,30 @@ def test_timing_method_mismatch_exits_3(baseline_dir: Path) -> None:
     assert [d.field for d in v.env_differences] == ["method.calls_per_round"]
 
 
+@pytest.mark.parametrize("field", ["calls_per_round", "timer", "l2"])
+def test_a_timing_method_stated_on_one_side_only_differs(baseline_dir: Path,
+                                                         field: str) -> None:
+    """A results file that leaves a method field out is not taken to match the baseline's."""
+    r = _run(2)
+    del r["method"][field]
+    v = check(r, baseline_dir)
+    assert v.exit_code == ExitCode.ENV_MISMATCH
+    assert [d.field for d in v.env_differences] == [f"method.{field}"]
+
+
+def test_results_that_are_not_a_plain_file_are_refused(tmp_path: Path) -> None:
+    """A link could point at another run's results; a pipe would never end."""
+    import os
+
+    real = tmp_path / "reproduce.json"
+    real.write_text(json.dumps(_run(1)))
+    (tmp_path / "link.json").symlink_to(real)
+    os.mkfifo(tmp_path / "pipe.json")
+    for name, message in (("link.json", "a symbolic link"), ("pipe.json", "not a regular file")):
+        assert cli_main(["gate", "--results", str(tmp_path / name), "--baseline-dir",
+                         str(tmp_path)]) == ExitCode.BAD_INPUT, message
+
+
 def test_allow_env_mismatch_compares_with_a_warning(baseline_dir: Path) -> None:
     env = synthetic_env(torch="2.12.0+cu130")
     v = check(_run(2, env=env), baseline_dir, allow_env_mismatch=True)
@@ -315,6 +339,12 @@ def test_drift_against_the_oldest_history_entry(tmp_path: Path) -> None:
     (lambda r: r["env"].update(gpu=None), "saw no GPU"),
     (lambda r: r["records"][0].update(name="other"), "none of the records"),
     (lambda r: r.pop("problem"), "'problem' must be an object"),
+    (lambda r: r["records"][0].update(max_abs_err=-1.0), "a maximum of absolute differences"),
+    (lambda r: r["records"][0].update(max_abs_err=float("-inf")),
+     "a maximum of absolute differences"),
+    (lambda r: r["records"][0].update(host_us=10**400), "'host_us' must be a finite number"),
+    (lambda r: r["records"][0]["round_medians_us"].__setitem__(0, 2**60),
+     r"round_medians_us'\[0\] is"),
 ])
 def test_unusable_results_are_refused(tmp_path: Path, mutate, message: str) -> None:
     r = _run(1)
@@ -527,11 +557,13 @@ def test_a_run_with_an_injected_slowdown_is_labelled_and_never_a_baseline(
     assert any("injected slowdown" in w and "0.05" in w for w in v.warnings)
 
 
-def test_too_noisy_to_clear_is_inconclusive_not_a_regression(tmp_path: Path) -> None:
+def test_too_noisy_to_clear_is_inconclusive_not_a_pass(tmp_path: Path) -> None:
+    """Not flagged, but not shown within the threshold either: exit 7, never a pass."""
     update_baseline(_run(1, rounds=10, round_cv=0.05), tmp_path)
     v = check(_run(2, rounds=10, round_cv=0.05, slowdown=0.03), tmp_path)
     (c,) = v.comparisons
-    assert v.exit_code == ExitCode.PASS and c.inconclusive
+    assert v.exit_code == ExitCode.INCONCLUSIVE and v.status == "inconclusive"
+    assert c.inconclusive and not c.slower
     assert c.ci_low < DEFAULT_THRESHOLD < c.ci_high
     assert "inconclusive" in v.markdown
     assert any("only 10 rounds" in w for w in v.warnings)
@@ -666,12 +698,16 @@ def test_records_pair_with_the_reference_of_their_own_process(tmp_path: Path) ->
     assert b_ratio == pytest.approx(np.divide(b_us, b_ref).tolist(), rel=1e-12)
 
 
-def test_an_old_baseline_without_a_record_warns_and_judges_the_rest(tmp_path: Path) -> None:
+def test_an_old_baseline_without_a_record_does_not_pass(tmp_path: Path) -> None:
+    """A flashrepro row with neither a twin nor baseline samples is unjudged: not a pass
+    (exit 2, the rows named); a torch-flash reference the baseline lacks only warns."""
     update_baseline(_run(1), tmp_path)
     v = check(_reproduce_like(2), tmp_path)
-    assert v.exit_code == ExitCode.PASS
+    assert v.exit_code == ExitCode.NO_BASELINE
     assert [c.record for c in v.comparisons] == ["flashrepro"]
-    assert sum("has no baseline samples" in w for w in v.warnings) == 5
+    assert any("'article-kernel'" in w and "'flashrepro (non-causal)'" in w
+               and "'flashrepro (mma.sync)'" in w and "not a pass" in w for w in v.warnings)
+    assert sum("has no baseline samples" in w for w in v.warnings) == 2
 
 
 def test_a_baseline_pooled_from_several_runs(tmp_path: Path) -> None:

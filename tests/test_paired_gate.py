@@ -74,17 +74,36 @@ def test_a_three_percent_code_slowdown_fails_even_with_a_fast_baseline(baseline_
     assert "Paired with the reference" in verdict.markdown and "abc1234" in verdict.markdown
 
 
+def _every_row(rng: np.random.Generator, *, slowdown: float = 0.0) -> dict[str, list[float]]:
+    """:func:`_rounds` for each of the rows every reproduce run has (gate.check.REQUIRED_ROWS),
+    each suffix with its own torch-flash."""
+    out: dict[str, list[float]] = {}
+    for suffix in ("", " (non-causal)"):
+        for name in ("flashrepro", "flashrepro-article-config", "article-kernel"):
+            rows = _rounds(rng, slowdown=slowdown)
+            out[f"torch-flash{suffix}"] = rows["torch-flash"]
+            out[f"{name}{suffix}"] = rows["flashrepro"]
+            out[f"{REFERENCE_PREFIX}{name}{suffix}"] = rows[REFERENCE_PREFIX + "flashrepro"]
+    return out
+
+
 def test_paired_runs_are_judged_without_a_committed_baseline(tmp_path: Path) -> None:
-    """A baseline folder without this GPU's file: the pair alone decides. A missing folder is
-    refused (a misspelled --baseline-dir must not pass)."""
+    """A baseline folder without this GPU's file: the pair alone decides, on every row each
+    run has; a run without one of them fails (no baseline says which rows it must have). A
+    missing folder is refused (a misspelled --baseline-dir must not pass)."""
     from flashrepro_harness.gate import BaselineError
 
     rng = np.random.default_rng(3)
     (tmp_path / "empty").mkdir()
-    ok = check(_results(_rounds(rng)), tmp_path / "empty")
-    slow = check(_results(_rounds(rng, slowdown=0.05)), tmp_path / "empty")
-    assert (ok.exit_code, slow.exit_code) == (ExitCode.PASS, ExitCode.REGRESSION)
+    ok = check(_results(_every_row(rng)), tmp_path / "empty")
+    slow = check(_results(_every_row(rng, slowdown=0.05)), tmp_path / "empty")
+    assert (ok.exit_code, slow.exit_code) == (ExitCode.PASS, ExitCode.REGRESSION), ok.markdown
     assert any("paired reference alone" in w for w in ok.warnings)
+    dropped = check(_results(_rounds(rng)), tmp_path / "empty")
+    assert dropped.exit_code == ExitCode.KERNEL_FAILURE
+    assert {f["record"] for f in dropped.failures} == {
+        "flashrepro-article-config", "article-kernel", "flashrepro (non-causal)",
+        "flashrepro-article-config (non-causal)", "article-kernel (non-causal)"}
     with pytest.raises(BaselineError, match="no such folder"):
         check(_results(_rounds(rng)), tmp_path / "none")
 

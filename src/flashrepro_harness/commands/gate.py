@@ -3,8 +3,8 @@ against its per-GPU baseline (:mod:`flashrepro_harness.gate`).
 
 Exit codes (:class:`flashrepro_harness.gate.ExitCode`): 0 pass, 1 regression, 2 no baseline
 (or a usage error), 3 environment mismatch, 4 unusable input, 5 kernel failure, 6 another
-problem than this checkout's article problem; every refusal names the file and the rule
-(docs/gate.md). The verdict is printed, written to ``--summary`` and appended to
+problem than this checkout's article problem, 7 inconclusive; every refusal names the file and
+the rule (docs/gate.md). The verdict is printed, written to ``--summary`` and appended to
 ``$GITHUB_STEP_SUMMARY`` when set, and written as JSON to ``--verdict-json`` when given. The
 results files are only read: a checker does not modify its input (``reproduce --gate`` stores
 the verdict in the ``reproduce.json`` it writes itself).

@@ -37,8 +37,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="judge the run: rows with a --reference-src twin by their ratio "
                              "to it, the others against reproduce/baselines/<gpu>/ (exit 0 "
                              "pass, 1 regression, 2 no baseline, 3 environment mismatch, "
-                             "4 unusable input, 5 kernel failure, 6 another problem; "
-                             "docs/gate.md)")
+                             "4 unusable input, 5 kernel failure, 6 another problem, "
+                             "7 inconclusive; docs/gate.md)")
     parser.add_argument("--update-baseline", action="store_true",
                         help="make this run the baseline of its GPU (appends to its history)")
     parser.add_argument("--baseline-dir", type=Path, default=baseline_dir(),

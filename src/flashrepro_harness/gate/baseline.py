@@ -97,8 +97,9 @@ def differences(baseline: dict[str, Any], results: dict[str, Any]) -> list[EnvDi
     """What differs between a baseline and a run: hardware, software, problem, timing method.
 
     Software and hardware fields must be equal (known against unknown differs), except
-    ``image_digest``, compared when both sides have one; method fields when both state them
-    (``rounds`` may differ). The slowdown test hook, even at 0, is a difference (fixed cost).
+    ``image_digest``, compared when both sides have one; method fields likewise (a field
+    stated on one side only differs; ``rounds`` may differ). The slowdown test hook, even at 0,
+    is a difference (fixed cost).
     """
     out: list[EnvDifference] = []
     base_env, cur_env = baseline["env"], fingerprint(results["env"])
@@ -112,9 +113,9 @@ def differences(baseline: dict[str, Any], results: dict[str, Any]) -> list[EnvDi
         b, c = baseline["problem"].get(f), results["problem"].get(f)
         if b != c:
             out.append(EnvDifference(f"problem.{f}", b, c))
-    for f in METHOD_FIELDS:
+    for f in METHOD_FIELDS:  # stated on one side only is a difference too
         b, c = baseline.get("method", {}).get(f), results.get("method", {}).get(f)
-        if b is not None and c is not None and b != c:
+        if b != c:
             out.append(EnvDifference(f"method.{f}", b, c))
     b, c = baseline.get("method", {}).get(HOOK_FIELD, False), has_hook(results)
     if b != c:

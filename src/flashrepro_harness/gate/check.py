@@ -47,6 +47,10 @@ __all__ = ["ExitCode", "Settings", "Verdict", "check", "kernel_failures", "updat
 
 FEW_ROUNDS = 20
 """Below this many rounds the gate warns that only large slowdowns can be caught."""
+REQUIRED_ROWS = tuple(f"{name}{suffix}" for suffix in ("", " (non-causal)")
+                      for name in ("flashrepro", "flashrepro-article-config", "article-kernel"))
+"""The flashrepro rows every ``reproduce`` run times on any GPU: a run judged without a
+baseline (which would name its rows) must have them."""
 
 
 @dataclass(frozen=True)
@@ -89,7 +93,8 @@ class Verdict:
 
     Attributes:
         status: ``pass``, ``regression``, ``no-baseline``, ``env-mismatch``,
-            ``kernel-failure`` or ``baseline-updated``; ``exit_code``: its :class:`ExitCode`.
+            ``kernel-failure``, ``inconclusive`` or ``baseline-updated``; ``exit_code``: its
+            :class:`ExitCode`.
         comparisons: ratio to torch-flash against the baseline, per record without a twin.
         paired: per record with a reference twin, the comparison that decides it.
         against_baseline: the baseline comparison of the paired records (shown, never failing).
@@ -297,15 +302,23 @@ def _drift(base: dict[str, Any], samples: dict[str, dict[str, list[float]]]
 
 
 def _compare_all(samples: dict[str, dict[str, list[float]]], base: dict[str, Any],
-                 st: Settings) -> tuple[list[Comparison], list[Comparison], list[str]]:
+                 st: Settings, paired: list[str]
+                 ) -> tuple[list[Comparison], list[Comparison], list[str], list[str]]:
+    """The baseline comparisons of every record, the warnings, and the flashrepro records
+    without a twin (``paired``) that the baseline lacks: unjudged."""
     primary: list[Comparison] = []
     secondary: list[Comparison] = []
     warnings: list[str] = []
+    unjudged: list[str] = []
     stored = base["records"]
     for name, s in samples.items():
         if name not in stored:
-            warnings.append(f"record {name!r} has no baseline samples: not judged (re-create "
-                            "the baseline with --update-baseline to include it)")
+            if "ratio" in s and name not in paired:
+                unjudged.append(name)
+            else:
+                warnings.append(f"record {name!r} has no baseline samples: not compared with "
+                                "the baseline (re-create it with --update-baseline to include "
+                                "it)")
             continue
         if "ratio" in s:
             primary.append(compare(s["ratio"], stored[name]["round_ratios"], record=name,
@@ -327,7 +340,7 @@ def _compare_all(samples: dict[str, dict[str, list[float]]], base: dict[str, Any
                             f"{c.ci_high:+.1%}) above the {c.threshold:.0%} warning level; "
                             "the ratio to torch-flash is the gated metric (clocks, power or a "
                             "busy machine move absolute µs)")
-    return primary, secondary, warnings
+    return primary, secondary, warnings, unjudged
 
 
 ENV_NOTE = ("the environment differs from the baseline's; compared anyway because of "
@@ -351,8 +364,10 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
         results_path: the results file's name in messages.
 
     Returns:
-        A :class:`Verdict`; ``verdict.exit_code`` is 0 pass, 1 regression, 2 no baseline,
-        3 environment mismatch, 5 kernel failure (:func:`kernel_failures`).
+        A :class:`Verdict`; ``verdict.exit_code`` is 0 pass, 1 regression, 2 no baseline (or a
+        flashrepro row neither paired nor in the baseline), 3 environment mismatch, 5 kernel
+        failure (:func:`kernel_failures`), 7 inconclusive (a deciding comparison not shown to
+        be within the threshold).
 
     Raises:
         flashrepro_harness.gate.refusals.Refused: input the gate will not judge, with its exit
@@ -386,6 +401,7 @@ def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float |
            failures: list[dict[str, str]] | None = None) -> Verdict:
     """:func:`check` after its input checks; ``failures``: a baseline update's (without the
     missing-row rule), else :func:`kernel_failures` here."""
+    judging = failures is None  # not an --update-baseline
     path = _named(label, bl.baseline_path, baseline_dir, results)
     base = bl.load(path)
     st, notes = _settings(base.get("gate") if base else None, given, f"baseline {path}")
@@ -421,6 +437,17 @@ def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float |
     verdict.host_cost, host_warnings = host.compare(results, base)
     if base is None:
         if paired and not unpaired:
+            # no baseline names the rows: the pair must judge the ones every run has (a new
+            # baseline's run need not have them)
+            missing = [n for n in REQUIRED_ROWS if n not in samples] if judging else []
+            if missing:
+                verdict.failures = [{"record": n, "rule": "a run judged by its reference twins "
+                                     "alone must have every row each reproduce run has "
+                                     "(gate.check.REQUIRED_ROWS)", "detail": "missing; no "
+                                     f"baseline names the rows ({path} does not exist)"}
+                                    for n in missing]
+                verdict.status, verdict.exit_code = "kernel-failure", ExitCode.KERNEL_FAILURE
+                return verdict
             verdict.warnings.append("no committed baseline for this GPU and problem: judged "
                                     "by the paired reference alone")
         return _decide(verdict, unpaired, "no-baseline")
@@ -438,7 +465,7 @@ def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float |
         return _decide(verdict, unpaired, "env-mismatch")
     if verdict.env_differences:
         verdict.warnings.append(f"{env_note} ({_fields(verdict.env_differences)})")
-    primary, secondary, warnings = _compare_all(samples, base, st)
+    primary, secondary, warnings, unjudged = _compare_all(samples, base, st, paired)
     # a record with a twin is judged by the pair; its baseline comparison is shown only
     verdict.comparisons = [c for c in primary if c.record not in paired]
     verdict.against_baseline = [c for c in primary if c.record in paired]
@@ -452,13 +479,17 @@ def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float |
     verdict.drift = _drift(base, samples)
     if not primary and not paired:
         verdict.warnings.append("no flashrepro record is in both this run and the baseline")
-    return _decide(verdict)
+    return _decide(verdict, unjudged)
 
 
 def _decide(verdict: Verdict, unjudged: list[str] | None = None,
             unjudged_status: str = "no-baseline") -> Verdict:
     """Status and exit code: any regression decides; else unjudged rows (no twin, no usable
-    baseline) give ``unjudged_status``; nothing compared stays "no-baseline"."""
+    baseline) give ``unjudged_status``; else a deciding comparison whose interval reaches
+    above the threshold (:attr:`~flashrepro_harness.gate.stats.Comparison.inconclusive`: not
+    shown to be within it) gives "inconclusive"; nothing compared stays "no-baseline"."""
+    deciding = [*verdict.paired, *verdict.comparisons]
+    unclear = [c.record for c in deciding if c.inconclusive]
     if verdict.regressions:
         verdict.status, verdict.exit_code = "regression", ExitCode.REGRESSION
     elif unjudged:
@@ -466,7 +497,12 @@ def _decide(verdict: Verdict, unjudged: list[str] | None = None,
         verdict.status, verdict.exit_code = unjudged_status, codes[unjudged_status]
         verdict.warnings.append(f"records {unjudged} have no reference twin and no baseline "
                                 "to be judged against: not a pass")
-    elif verdict.paired or verdict.comparisons:
+    elif unclear:
+        verdict.status, verdict.exit_code = "inconclusive", ExitCode.INCONCLUSIVE
+        verdict.warnings.append(f"records {unclear}: the interval of the change reaches above "
+                                "the threshold without the test flagging it, so they are not "
+                                "shown to be within it: not a pass (more rounds narrow it)")
+    elif deciding:
         verdict.status, verdict.exit_code = "pass", ExitCode.PASS
     return verdict
 

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import json
 import math
+import stat
 from pathlib import Path
 from typing import Any, NoReturn
 
 from flashrepro_harness.gate.refusals import BaselineError, Refused, ResultsError
 from flashrepro_harness.gate.stats import MAX_ROUNDS
-from flashrepro_harness.results import COMPLETE, RESULTS_SCHEMA
+from flashrepro_harness.results import COMPLETE, RESULTS_SCHEMA, is_product
 
 MAX_FILE_BYTES = 32 * 2**20
 """Largest results or baseline file read (about 25 MB at
@@ -24,20 +25,32 @@ def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
 
 
+MAX_INT = 2**53
+"""Largest magnitude of an int the gate reads as a number: it is used as a float64 (exact up to
+2^53), and a longer one overflows the conversion."""
+
+
 def is_number(value: Any) -> bool:
-    """An int or float (a bool is neither here)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """An int of magnitude at most :data:`MAX_INT`, or a float (a bool is neither here)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, float) or (isinstance(value, int) and abs(value) <= MAX_INT)
 
 
 def read_json(path: Path, label: str, error: type[Refused] = ResultsError) -> Any:
     """The JSON value in ``path``; ``label`` names it in messages (``"--results PATH"``).
 
     Raises:
-        Refused: (``error``) the file cannot be read, holds more than :data:`MAX_FILE_BYTES`,
-            is not UTF-8 or not JSON.
+        Refused: (``error``) the file is a symbolic link or not a regular file, cannot be
+            read, holds more than :data:`MAX_FILE_BYTES`, is not UTF-8 or not JSON.
     """
     try:
-        size = path.stat().st_size
+        info = path.lstat()
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
+            raise error(f"{label}: {kind}; the gate reads only a plain file (a link could "
+                        "point at another run's results, a pipe or device would never end)")
+        size = info.st_size
         if size > MAX_FILE_BYTES:
             raise error(f"{label}: {size} bytes, more than the {MAX_FILE_BYTES} a results or "
                         "baseline file may hold")
@@ -84,8 +97,9 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
     completion marker (``"complete": true``), ``env`` and ``problem`` objects (the problem's
     fields typed), and ``records``: objects with unique non-empty names, each either
     ``skipped`` or ``failed`` (a reason) or timed: 1 to :data:`MAX_ROUNDS` round medians, each a
-    finite number > 0, a numeric ``max_abs_err`` (NaN allowed: a failed output check, judged
-    later) and, where present, finite ``host_us`` and ``eager_us`` >= 0.
+    finite number > 0, a numeric ``max_abs_err`` >= 0 (NaN allowed: a failed output check,
+    judged later) and, where present, finite ``host_us`` and ``eager_us`` >= 0. Numbers are
+    floats or ints of magnitude at most :data:`MAX_INT`.
 
     Raises:
         ResultsError: the first rule broken, with ``label`` (the file) in the message.
@@ -135,10 +149,13 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
             continue
         check_samples(rec.get("round_medians_us"), f"record {name!r} 'round_medians_us'",
                       refuse)
-        if not is_number(rec.get("max_abs_err")):
-            refuse(f"timed record {name!r} has no numeric 'max_abs_err' (got "
-                   f"{rec.get('max_abs_err')!r}): every timed row's output must be checked "
-                   "against the float32 reference")
+        err = rec.get("max_abs_err")
+        if not is_number(err):
+            refuse(f"timed record {name!r} has no numeric 'max_abs_err' (got {err!r}): every "
+                   "timed row's output must be checked against the float32 reference")
+        if err < 0:
+            refuse(f"timed record {name!r} has 'max_abs_err' {err!r}: a maximum of absolute "
+                   "differences is >= 0 (or NaN, a failed check)")
         for field in ("host_us", "eager_us"):
             if field in rec and not (is_number(rec[field]) and math.isfinite(rec[field])
                                      and rec[field] >= 0):
@@ -155,9 +172,10 @@ def check_baseline(data: Any, path: Path) -> dict[str, Any]:
     The rules: an object of schema ``flashrepro.baseline/1`` with ``env``, ``problem`` (fields
     typed) and ``method`` objects, optional ``gate`` settings (an object; their ranges are
     checked where they are used), ``records`` mapping names to objects whose
-    ``round_medians_us`` (and ``round_ratios``, where present) hold 1 to :data:`MAX_ROUNDS`
-    finite numbers > 0, a ``history`` list of objects whose ``median_ratio`` maps names to
-    numbers, and an optional ``host_cost`` object of per-record numbers (or null).
+    ``round_medians_us`` (and ``round_ratios``: required of a flashrepro row) hold 1 to
+    :data:`MAX_ROUNDS` finite numbers > 0, a ``history`` list of objects whose
+    ``median_ratio`` maps names to numbers, and an optional ``host_cost`` object of
+    per-record numbers (or null).
 
     Raises:
         BaselineError: the first rule broken, with ``path`` in the message.
@@ -182,8 +200,8 @@ def check_baseline(data: Any, path: Path) -> dict[str, Any]:
             refuse(f"records[{name!r}] must be an object, got {_kind(rec)}")
         check_samples(rec.get("round_medians_us"), f"records[{name!r}].round_medians_us",
                       refuse)
-        if "round_ratios" in rec:
-            check_samples(rec["round_ratios"], f"records[{name!r}].round_ratios", refuse)
+        if "round_ratios" in rec or is_product(name):  # a judged row's primary metric
+            check_samples(rec.get("round_ratios"), f"records[{name!r}].round_ratios", refuse)
     for i, entry in enumerate(data.get("history", [])):
         ratios = entry.get("median_ratio", {}) if isinstance(entry, dict) else None
         if not isinstance(ratios, dict) or not all(is_number(v) for v in ratios.values()):

@@ -23,6 +23,7 @@ HEADLINES = {
     "no-baseline": "NO BASELINE",
     "env-mismatch": "ENVIRONMENT MISMATCH",
     "kernel-failure": "KERNEL FAILURE",
+    "inconclusive": "INCONCLUSIVE",
     "baseline-updated": "BASELINE UPDATED",
 }
 

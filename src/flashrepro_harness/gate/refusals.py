@@ -16,6 +16,7 @@ class ExitCode(IntEnum):
     BAD_INPUT = 4
     KERNEL_FAILURE = 5
     PROBLEM_MISMATCH = 6
+    INCONCLUSIVE = 7
 
 
 class Refused(ValueError):
