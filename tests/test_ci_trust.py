@@ -53,6 +53,13 @@ JUDGED_PATHS = [
     "src/flashrepro_harness/cli.py",
     "src/flashrepro_harness/bench/reproduce.py",
     "src/flashrepro_harness/bench/timing.py",
+    "src/flashrepro_harness/bench/impls.py",
+    "src/flashrepro_harness/env.py",
+    "src/flashrepro_harness/results.py",
+    "src/flashrepro_harness/problem.py",
+    "noxfile.py",
+    "Dockerfile",
+    "requirements/gpu.lock",
     "src/flashrepro_harness/data/article.toml",
     "src/flashrepro_harness/data/golden/sass-triton-3.6.0.json",
     "reproduce/article.toml",
@@ -69,8 +76,9 @@ JUDGED_PATHS = [
     "tests/test_ci_trust.py",
 ]
 """Files whose change can turn a pull request's own GPU check green: the gate (its code now
-in gate/, its commands), the measurement, the problem, the golden file, the baselines, the CI
-and the tests that pin its rules."""
+in gate/, its commands), the measurement (the nox session and image that run it, the rows,
+the recorded environment, the results' format), the problem, the golden file, the baselines,
+the CI and the tests that pin its rules."""
 
 
 def gpu_job() -> dict[str, Any]:
