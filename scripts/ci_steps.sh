@@ -31,6 +31,14 @@ in-image() { "$@"; }
 # ... and what .github/scripts/judge gives: the judge checkout's code first on the path (its
 # gate, its article.toml), reading the results from $OUT and writing the verdict there.
 JUDGE_ROOT=$(cd "${JUDGE_SRC:-${REFERENCE_SRC:-src}}/.." && pwd)
+# ... and the job's env: the commits measured (the judge refuses results of others). A copy
+# without .git: set FLASHREPRO_GIT_COMMIT (and FLASHREPRO_REFERENCE_COMMIT), else the judge
+# step stops on an empty commit.
+HEAD_SHA=${FLASHREPRO_GIT_COMMIT:-$(git rev-parse HEAD 2>/dev/null || true)}
+if [[ -n ${REFERENCE_SRC:-} ]]; then
+  REFERENCE_SHA=${FLASHREPRO_REFERENCE_COMMIT:-$(git -C "$REFERENCE_SRC" rev-parse HEAD 2>/dev/null || true)}
+  export FLASHREPRO_REFERENCE_COMMIT=$REFERENCE_SHA # recorded where git cannot tell
+fi
 export JUDGE_ROOT RESULTS_DIR="$OUT" VERDICT_DIR="$OUT"
 judge() { PYTHONPATH="$JUDGE_ROOT/src" "$@"; }
 
@@ -61,5 +69,6 @@ in-image python3 -m nox --no-venv -s reproduce -- ${REFERENCE_SRC:+--reference-s
 
 # step: Judge the results (the base commit's gate, settings and baselines on a pull request; else this commit's)
 judge python3 -m flashrepro_harness gate --results "$RESULTS_DIR/reproduce.json" \
-  --baseline-dir "$JUDGE_ROOT/reproduce/baselines" \
+  --baseline-dir "$JUDGE_ROOT/reproduce/baselines" --expect-commit "$HEAD_SHA" \
+  ${REFERENCE_SRC:+--expect-reference-commit "$REFERENCE_SHA"} \
   --summary "$VERDICT_DIR/verdict.md" --verdict-json "$VERDICT_DIR/verdict.json"

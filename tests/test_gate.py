@@ -846,3 +846,28 @@ def test_baseline_dir_default_follows_the_environment(monkeypatch: pytest.Monkey
     assert build_parser().parse_args([command, *extra]).baseline_dir == BASELINE_DIR
     monkeypatch.setenv("FLASHREPRO_BASELINE_DIR", str(tmp_path))
     assert build_parser().parse_args([command, *extra]).baseline_dir == tmp_path
+
+
+def test_results_of_other_commits_are_refused(tmp_path: Path) -> None:
+    """--expect-commit / --expect-reference-commit: a stale or copied results file (an earlier
+    run's, the committed one) is never judged as the job's run."""
+    from flashrepro_harness.gate import check_provenance
+
+    r = _run(1)
+    r["env"]["git_commit"] = "ab12cd3" + "0" * 33
+    r["reference"] = {"src": "/tmp/base/src", "commit": "ef45678"}
+    check_provenance(r, "results", "AB12CD3", "ef45678" + "9" * 33)  # prefixes, any case
+    for commit, reference, message in (
+            ("1234567", None, "come from commit 'ab12cd3"),
+            (None, "1234567", "paired reference is commit 'ef45678'")):
+        with pytest.raises(ResultsError, match=message):
+            check_provenance(r, "results", commit, reference)
+    r["reference"] = {"src": "/tmp/base/src", "error": "ImportError: x"}
+    with pytest.raises(ResultsError, match="it did not load"):
+        check_provenance(r, "results", None, "ef45678")
+    del r["env"]["git_commit"]
+    path = _write(tmp_path / "r.json", r)
+    assert cli_main(["gate", "--results", str(path), "--baseline-dir", str(tmp_path),
+                     "--expect-commit", "ab12cd3"]) == ExitCode.BAD_INPUT
+    with pytest.raises(SystemExit):
+        cli_main(["gate", "--results", str(path), "--expect-commit", "HEAD"])

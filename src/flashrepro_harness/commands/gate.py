@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -47,6 +48,14 @@ def _fraction(name: str, low: float, high: float, closed_low: bool, closed_high:
     return parse
 
 
+def _commit(value: str) -> str:
+    """A commit hash of 7 to 40 hex digits (argparse type)."""
+    if not re.fullmatch(r"[0-9a-fA-F]{7,40}", value):
+        raise argparse.ArgumentTypeError(f"must be a commit hash of 7 to 40 hex digits, got "
+                                         f"{value!r}")
+    return value
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", type=Path, required=True, nargs="+",
                         help="results JSON of a reproduce run "
@@ -74,6 +83,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=None, help="two-sided bootstrap confidence (default 0.95)")
     parser.add_argument("--allow-env-mismatch", action="store_true",
                         help="compare even when driver/CUDA/torch/triton/image differ (warns)")
+    parser.add_argument("--expect-commit", type=_commit, default=None, metavar="SHA",
+                        help="refuse (exit 4) results whose env.git_commit is not this commit "
+                             "(the one the job measured): a stale or copied file is never "
+                             "judged as this run's")
+    parser.add_argument("--expect-reference-commit", type=_commit, default=None,
+                        metavar="SHA",
+                        help="refuse (exit 4) results not paired with this reference commit")
     parser.add_argument("--summary", type=output_file, default=None,
                         help="write the verdict as markdown to this file (missing folders are "
                              "created)")
@@ -119,7 +135,9 @@ def run(args: argparse.Namespace) -> int:
             verdict = update_baseline(runs, args.baseline_dir, **kwargs)
         else:
             verdict = check(runs[0], args.baseline_dir,
-                            allow_env_mismatch=args.allow_env_mismatch, **kwargs)
+                            allow_env_mismatch=args.allow_env_mismatch,
+                            expect_commit=args.expect_commit,
+                            expect_reference_commit=args.expect_reference_commit, **kwargs)
     except Refused as exc:
         print(f"gate: {exc} (exit {int(exc.exit_code)})", file=sys.stderr)
         return exc.exit_code

@@ -9,7 +9,13 @@ with significance (:mod:`~flashrepro_harness.gate.stats`). The gate fails closed
 ``flashrepro_harness.commands.gate`` and ``flashrepro_harness.commands.reproduce``.
 """
 
-from flashrepro_harness.gate.check import Settings, Verdict, check, update_baseline
+from flashrepro_harness.gate.check import (
+    Settings,
+    Verdict,
+    check,
+    check_provenance,
+    update_baseline,
+)
 from flashrepro_harness.gate.refusals import (
     BaselineError,
     ExitCode,
@@ -20,4 +26,5 @@ from flashrepro_harness.gate.refusals import (
 from flashrepro_harness.gate.stats import Comparison, compare
 
 __all__ = ["BaselineError", "Comparison", "ExitCode", "ProblemMismatch", "Refused",
-           "ResultsError", "Settings", "Verdict", "check", "compare", "update_baseline"]
+           "ResultsError", "Settings", "Verdict", "check", "check_provenance", "compare",
+           "update_baseline"]

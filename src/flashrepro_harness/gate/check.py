@@ -43,7 +43,8 @@ from flashrepro_harness.paths import ARTICLE_TOML
 from flashrepro_harness.problem import load_article
 from flashrepro_harness.results import REFERENCE_PREFIX, is_product, output_tolerance
 
-__all__ = ["ExitCode", "Settings", "Verdict", "check", "kernel_failures", "update_baseline"]
+__all__ = ["ExitCode", "Settings", "Verdict", "check", "check_provenance", "kernel_failures",
+           "update_baseline"]
 
 FEW_ROUNDS = 20
 """Below this many rounds the gate warns that only large slowdowns can be caught."""
@@ -220,6 +221,41 @@ def _check_problem(results: dict[str, Any], label: str) -> None:
                               f"{', '.join(diff)}; only that problem is judged")
 
 
+def _same_commit(recorded: object, expected: str) -> bool:
+    """Whether a recorded commit names ``expected``: one a prefix of the other, each at least 7
+    hex digits (the image records the full hash, a summary a short one)."""
+    if not isinstance(recorded, str) or len(recorded) < 7:
+        return False
+    a, b = recorded.lower(), expected.lower()
+    return a.startswith(b) or b.startswith(a)
+
+
+def check_provenance(results: dict[str, Any], label: str, commit: str | None,
+                     reference_commit: str | None) -> None:
+    """Refuse results that do not come from the commits the job measured: ``env.git_commit``
+    against ``commit`` and the paired reference's commit against ``reference_commit`` (None:
+    not checked). A stale or copied results file (an earlier run's, the committed one) is
+    never judged as this run's.
+
+    Raises:
+        ResultsError: a commit missing or another (exit 4).
+    """
+    if commit is not None:
+        got = results["env"].get("git_commit")
+        if not _same_commit(got, commit):
+            raise ResultsError(f"{label}: the results come from commit {got!r}, the job "
+                               f"measured {commit}: a stale or copied results file is not "
+                               "judged (--expect-commit)")
+    if reference_commit is not None:
+        ref = results.get("reference") or {}
+        got = None if ref.get("error") else ref.get("commit")
+        if not _same_commit(got, reference_commit):
+            why = f" (it did not load: {ref['error']})" if ref.get("error") else ""
+            raise ResultsError(f"{label}: the results' paired reference is commit {got!r}"
+                               f"{why}, the job's reference is {reference_commit} "
+                               "(--expect-reference-commit)")
+
+
 def kernel_failures(results: dict[str, Any], baseline: dict[str, Any] | None = None,
                     baseline_path: Path | None = None) -> list[dict[str, str]]:
     """What failed in a results dict that passed
@@ -350,7 +386,8 @@ ENV_NOTE = ("the environment differs from the baseline's; compared anyway becaus
 def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | None = None,
           abs_threshold: float | None = None, confidence: float | None = None,
           allow_env_mismatch: bool = False, results_path: str | None = None,
-          env_note: str = ENV_NOTE) -> Verdict:
+          env_note: str = ENV_NOTE, expect_commit: str | None = None,
+          expect_reference_commit: str | None = None) -> Verdict:
     """Judge a results dict: paired rows by their reference twins, the others against the
     stored baseline of their GPU and problem.
 
@@ -362,6 +399,8 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
             baseline's stored value, else the default.
         allow_env_mismatch: compare even when the environment differs (with ``env_note``).
         results_path: the results file's name in messages.
+        expect_commit, expect_reference_commit: the commits the job measured and paired with
+            (:func:`check_provenance`); None: not checked.
 
     Returns:
         A :class:`Verdict`; ``verdict.exit_code`` is 0 pass, 1 regression, 2 no baseline (or a
@@ -372,11 +411,13 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     Raises:
         flashrepro_harness.gate.refusals.Refused: input the gate will not judge, with its exit
             code: 4 for malformed results or baseline, a missing ``baseline_dir``, settings
-            outside their rules, too few rounds, a paired row without a twin; 6 for results of
-            another problem than this checkout's article problem.
+            outside their rules, too few rounds, a paired row without a twin, results of
+            other commits than expected; 6 for results of another problem than this
+            checkout's article problem.
     """
     label = results_path or "results"
     check_results(results, label)
+    check_provenance(results, label, expect_commit, expect_reference_commit)
     _check_problem(results, label)
     baseline_dir = Path(baseline_dir)
     if not baseline_dir.is_dir():
