@@ -40,8 +40,9 @@ def _metric(c: Comparison) -> str:
 def _verdict_text(c: Comparison) -> str:
     if c.slower:
         return "**REGRESSION**" if c.metric in ("ratio", "paired") else "slower (warning only)"
-    if c.inconclusive:
-        return "ok (inconclusive: CI reaches the threshold)"
+    if c.inconclusive:  # not shown within the threshold: not a pass where it decides
+        return ("**inconclusive** (CI reaches above the threshold)"
+                if c.metric in ("ratio", "paired") else "inconclusive (warning only)")
     return "ok"
 
 
