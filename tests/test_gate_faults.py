@@ -291,14 +291,18 @@ def test_case8_malformed_results_exit_4_with_the_file_and_the_rule(
     assert str(path) in err and "Traceback" not in err
 
 
-@pytest.mark.parametrize("content", [[], {"schema": "flashrepro.baseline/1"}], ids=["[]", "no-env"])
+@pytest.mark.parametrize("content", [[], "no-env", "no-ratios"], ids=["[]", "no-env", "no-ratios"])
 def test_case8_malformed_baseline_exits_4(good: dict[str, Any], tmp_path: Path, content: Any,
                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Also a flashrepro row without its ratios (a KeyError traceback once)."""
     bdir = tmp_path / "baselines"
     shutil.copytree(BASELINES, bdir)
     path = bdir / BASELINE_FILE.relative_to(BASELINES)
-    if isinstance(content, dict):
+    if content == "no-env":
         content = {k: v for k, v in json.loads(BASELINE_FILE.read_text()).items() if k != "env"}
+    elif content == "no-ratios":
+        content = json.loads(BASELINE_FILE.read_text())
+        del content["records"]["flashrepro"]["round_ratios"]
     path.write_text(json.dumps(content))
     assert _gate(_write(tmp_path / "r.json", good), baseline_dir=bdir) == 4
     err = capsys.readouterr().err

@@ -71,7 +71,7 @@ def check_samples(values: Any, what: str, refuse: Any) -> None:
     """``values`` is a list of 1 to :data:`MAX_ROUNDS` finite numbers > 0 (its length checked
     before anything else), else ``refuse(rule)``."""
     if not isinstance(values, list) or not values:
-        refuse(f"{what} must be a non-empty list of µs, got {_kind(values)}")
+        refuse(f"{what} must be a non-empty list of numbers (µs or ratios), got {_kind(values)}")
     if len(values) > MAX_ROUNDS:
         refuse(f"{what} holds {len(values)} rounds; the gate reads at most {MAX_ROUNDS} rounds "
                "per record (gate.stats.MAX_ROUNDS)")
