@@ -15,7 +15,8 @@
 # else this checkout's (a trusted branch judging itself).
 #
 # Exits with the status of the first failing step, as the workflow's check does (the gate:
-# 1 regression, 2 no baseline, 3 environment mismatch, 4 unusable results). Each `# step:`
+# 1 regression, 2 no baseline, 3 environment mismatch, 4 unusable or stale results, 5 kernel
+# failure, 6 another problem, 7 inconclusive). Each `# step:`
 # block below is the workflow's step of that name, verbatim (tests/test_workflows.py checks it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
