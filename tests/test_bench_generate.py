@@ -192,7 +192,7 @@ def test_merge_on_the_command_line(tmp_path: Path, capsys: pytest.CaptureFixture
     paths[1].write_text("{not json")
     assert cli.main(["model", "--generate", "--merge", *map(str, paths), "--out",
                      str(tmp_path / "x")]) == 2
-    assert str(paths[1]) in capsys.readouterr().out
+    assert str(paths[1]) in capsys.readouterr().err
 
 
 def test_generate_without_gpu_says_so(capsys: pytest.CaptureFixture,

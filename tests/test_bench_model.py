@@ -632,7 +632,7 @@ def test_merge_of_a_malformed_file_names_it(tmp_path: Path, breakage: str,
     paths[1].write_text(text if text is not None else json.dumps(bad))
     code = main(["model", "--merge", *map(str, paths), "--out", str(tmp_path / "out")])
     assert code == 2
-    assert str(paths[1]) in capsys.readouterr().out
+    assert str(paths[1]) in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
 
 

@@ -422,3 +422,82 @@ def test_gated_reproduce_refuses_too_few_rounds(flag: str,
 ])
 def test_image_source_label_carries_no_credentials(url: str, label: str) -> None:
     assert _noxfile().public_url(url) == label
+
+
+RESULTS_H200 = Path(__file__).resolve().parents[1] / "reproduce" / "results" / "nvidia-h200"
+
+
+def _halves(tmp_path: Path, change: Any = None) -> list[str]:
+    """The committed model.json split into its eager and compiled halves (two mergeable
+    parts), each row passed through ``change``."""
+    whole = json.loads((RESULTS_H200 / "model.json").read_text())
+    paths = []
+    for mode in ("eager", "compile"):
+        part = {**whole, "rows": [dict(r) for r in whole["rows"] if r["mode"] == mode]}
+        for row in part["rows"]:
+            if change is not None:
+                change(row)
+        path = tmp_path / f"{mode}.json"
+        path.write_text(json.dumps(part))
+        paths.append(str(path))
+    return paths
+
+
+@pytest.mark.parametrize("case", ["deep", "zero-medians", "string-ms", "out-is-a-file"])
+def test_model_merge_refuses_bad_parts_by_name(case: str, tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """One line naming the file or option, exit 2, nothing written (a ZeroDivisionError,
+    a RecursionError or a FileExistsError traceback before)."""
+    out = tmp_path / "out"
+    if case == "deep":
+        deep = tmp_path / "deep.json"
+        deep.write_text("[" * 100_000 + "]" * 100_000)
+        parts, expect = [str(deep), str(deep)], "nested too deeply"
+    elif case == "zero-medians":
+        parts = _halves(tmp_path, lambda r: r.update(round_medians_ms=[0.0]))
+        expect = "round_medians_ms [0.0]"
+    elif case == "string-ms":
+        parts, expect = _halves(tmp_path, lambda r: r.update(ms="fast")), "has ms 'fast'"
+    else:
+        parts, expect = _halves(tmp_path), "cannot write there"
+        out.write_text("")
+    assert cli_main(["model", "--merge", *parts, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert expect in err and "Traceback" not in err
+    assert case == "out-is-a-file" or not out.exists()
+
+
+@pytest.mark.parametrize("body", [{"kernels": []}, "no-registers"])
+def test_a_golden_file_with_a_bad_body_is_refused_by_name(body: Any, tmp_path: Path) -> None:
+    from flashrepro_harness.analysis import golden
+
+    doc = json.loads(golden.default_path().read_text())
+    if body == "no-registers":
+        for entry in next(iter(doc["kernels"].values())).values():
+            del entry["registers"]
+    else:
+        doc.update(body)
+    path = tmp_path / "golden.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ValueError, match=r"'kernels' must map|must hold classes"):
+        golden.load(path)
+
+
+def test_profile_with_a_missing_ncu_path_is_an_error(tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """An ncu named with --ncu-path that is not there is not a skip (exit 0) but an error."""
+    assert cli_main(["profile", "--ncu-path", str(tmp_path / "nope")]) == 2
+    assert "--ncu-path" in capsys.readouterr().err
+
+
+def test_readme_check_names_bad_model_results(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """Zero round medians in --model-results: exit 4 with the files named, no traceback."""
+    whole = json.loads((RESULTS_H200 / "model.json").read_text())
+    for row in whole["rows"]:
+        row["round_medians_ms"] = [0.0] * len(row["round_medians_ms"])
+    bad = tmp_path / "model.json"
+    bad.write_text(json.dumps(whole))
+    assert cli_main(["readme", "--check", "--model-results", str(bad)]) == 4
+    err = capsys.readouterr().err
+    assert str(bad) in err and "Traceback" not in err

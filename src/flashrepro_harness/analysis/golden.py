@@ -58,11 +58,16 @@ def build(results: Iterable[KernelSass], base: dict[str, Any] | None,
     return {"schema": SCHEMA, **header, "kernels": dict(sorted(merged.items()))}
 
 
+ENTRY_TYPES = (("classes", dict), ("opcodes", dict), ("registers", int), ("shared_bytes", int))
+"""The fields a golden kernel entry must hold, with their types (:func:`entry`)."""
+
+
 def load(path: Path) -> dict[str, Any] | None:
     """The golden document at ``path``, or None when there is none.
 
     Raises:
-        ValueError: the file is not a golden document of this schema.
+        ValueError: the file is not a golden document of this schema, or an entry lacks a
+            field of :data:`ENTRY_TYPES`.
     """
     if not path.is_file():
         return None
@@ -70,9 +75,19 @@ def load(path: Path) -> dict[str, Any] | None:
         doc = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise ValueError(f"{path}: JSON nested too deeply to read") from exc
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         found = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__
         raise ValueError(f"{path} has schema {found!r}, expected {SCHEMA!r}")
+    kernels = doc.get("kernels")
+    if not isinstance(kernels, dict) or not all(isinstance(v, dict) for v in kernels.values()):
+        raise ValueError(f"{path}: 'kernels' must map each target to an object of kernels")
+    for target, entries in kernels.items():
+        for name, e in entries.items():
+            if not (isinstance(e, dict) and all(isinstance(e.get(f), t) for f, t in ENTRY_TYPES)):
+                raise ValueError(f"{path}: kernels[{target!r}][{name!r}] must hold "
+                                 + ", ".join(f"{f} ({t.__name__})" for f, t in ENTRY_TYPES))
     return doc
 
 

@@ -8,7 +8,7 @@ DynamicCache and compiled with a StaticCache, and a packed-sequence prefill), wr
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -113,18 +113,13 @@ def run(args: argparse.Namespace) -> int:
 
     if args.merge:
         try:
-            parts = []
-            for p in args.merge:
-                try:
-                    parts.append(json.loads(Path(p).read_text()))
-                except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
-                    raise ValueError(f"--merge: {p}: {exc}") from exc
-            merged = tables.merge(parts, names=[str(p) for p in args.merge])
+            merged = tables.merge(_read_parts(args.merge), names=[str(p) for p in args.merge])
         except ValueError as exc:
-            print(f"model: {exc}")
+            print(f"model: {exc}", file=sys.stderr)
             return 2
-        out_dir = results_dir(args.out, merged["env"]["gpu"]["key"])
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = _merge_out(args.out, merged)
+        if out_dir is None:
+            return 2
         tables.write_results(out_dir, merged)
         print(tables.table(merged["rows"], "simple"))
         code = _report_not_compiled(merged["rows"])
@@ -209,13 +204,26 @@ def _gpu_and_transformers() -> tuple[int | None, str | None]:
 
 
 def _read_parts(paths: list[str]) -> list[Any]:
-    parts = []
-    for p in paths:
-        try:
-            parts.append(json.loads(Path(p).read_text()))
-        except (OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
-            raise ValueError(f"--merge: {p}: {exc}") from exc
-    return parts
+    """The ``--merge`` files' JSON. Raises ValueError naming the file (unreadable, not UTF-8,
+    not JSON, nested too deeply: :func:`flashrepro_harness.gate.inputs.read_json`)."""
+    from flashrepro_harness.gate.inputs import read_json
+
+    return [read_json(Path(p), f"--merge {p}") for p in paths]
+
+
+def _merge_out(out: Path | None, merged: dict[str, Any]) -> Path | None:
+    """The merged table's folder, made; None (the reason printed) where it cannot be."""
+    out_dir = results_dir(out, merged["env"]["gpu"]["key"])
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = out_dir / ".write-test"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        print(f"model: --out {out_dir}: cannot write there: {exc.strerror or exc}",
+              file=sys.stderr)
+        return None
+    return out_dir
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -229,10 +237,11 @@ def run_generate(args: argparse.Namespace) -> int:
             merged = generate_tables.merge(_read_parts(args.merge),
                                            names=[str(p) for p in args.merge])
         except ValueError as exc:
-            print(f"model: {exc}")
+            print(f"model: {exc}", file=sys.stderr)
             return 2
-        out_dir = results_dir(args.out, merged["env"]["gpu"]["key"])
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = _merge_out(args.out, merged)
+        if out_dir is None:
+            return 2
         generate_tables.write_results(out_dir, merged)
         print(generate_tables.table_generate(merged["rows"], "simple"))
         print(f"model: wrote {env.shown_path(out_dir)}/generate.{{json,md,png}}")

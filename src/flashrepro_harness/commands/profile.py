@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 
 from flashrepro_harness import env
@@ -35,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Both jobs (or the one asked for); returns 0, or 1 when a run failed or a count differs."""
     ncu_path = ncu.find_ncu(args.ncu_path)
+    if args.ncu_path and ncu_path is None:  # asked for by name: not a skip
+        print(f"profile: --ncu-path {args.ncu_path}: no such executable", file=sys.stderr)
+        return 2
     reason = ncu.unavailable_reason(ncu_path)
     if reason is not None:
         print(f"profile: skipped: {reason}")

@@ -50,7 +50,7 @@ def _read(option: str, path: Path, parse: bool = True) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
         return json.loads(text) if parse else text
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise ValueError(f"{option} {path}: cannot read it: "
                          f"{getattr(exc, 'strerror', None) or exc}") from exc
 
@@ -66,7 +66,8 @@ def _rendered(args: argparse.Namespace) -> tuple[str, str]:
     model_results = _read("--model-results", args.model_results)
     try:
         return text, readme.render(text, results, model_results)
-    except (KeyError, TypeError, AttributeError, IndexError, ValueError) as exc:
+    except (KeyError, TypeError, AttributeError, IndexError, ValueError,
+            ArithmeticError) as exc:
         raise ValueError(f"cannot make the tables from --results {args.results} and "
                          f"--model-results {args.model_results} into --readme {args.readme}: "
                          f"{type(exc).__name__}: {exc}") from exc

@@ -42,7 +42,8 @@ def read_json(path: Path, label: str, error: type[Refused] = ResultsError) -> An
 
     Raises:
         Refused: (``error``) the file is a symbolic link or not a regular file, cannot be
-            read, holds more than :data:`MAX_FILE_BYTES`, is not UTF-8 or not JSON.
+            read, holds more than :data:`MAX_FILE_BYTES`, is not UTF-8, not JSON, or nested
+            too deeply to parse.
     """
     try:
         info = path.lstat()
@@ -65,6 +66,8 @@ def read_json(path: Path, label: str, error: type[Refused] = ResultsError) -> An
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise error(f"{label}: not JSON ({exc})") from exc
+    except RecursionError as exc:
+        raise error(f"{label}: JSON nested too deeply to read") from exc
 
 
 def check_samples(values: Any, what: str, refuse: Any) -> None:

@@ -23,7 +23,7 @@ from typing import Any
 
 from tabulate import tabulate
 
-from flashrepro_harness.qwen3.tables import check_part_header
+from flashrepro_harness.qwen3.tables import check_part_header, check_timings
 from flashrepro_harness.results import RESULTS_SCHEMA
 
 SCHEMA = RESULTS_SCHEMA
@@ -273,7 +273,8 @@ def write_results(out_dir: Path, results: dict[str, Any]) -> None:
 
 def _check_part(part: Any, name: str) -> None:
     """:func:`~flashrepro_harness.qwen3.tables.check_part_header` for a generate results dict,
-    then each row's section keys and mode."""
+    then each row's section keys, mode and times (:func:`~flashrepro_harness.qwen3.tables.
+    check_timings`)."""
     check_part_header(part, name, "generate")
     for n, r in enumerate(part["rows"]):
         need = (("section", "mode", "batch", "impl") if isinstance(r, dict)
@@ -283,6 +284,7 @@ def _check_part(part: Any, name: str) -> None:
         if r["section"] == "generate" and r["mode"] not in GEN_MODES:
             raise ValueError(f"--merge: {name} row {n} has mode {r['mode']!r}, not one of "
                              f"{list(GEN_MODES)}")
+        check_timings(r, name, n)
 
 
 def _setup(env: dict[str, Any]) -> dict[str, Any]:

@@ -13,6 +13,7 @@ Outputs under ``--out`` (default ``reproduce/results/<gpu-key>/``): ``model.json
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from dataclasses import asdict
 from pathlib import Path
@@ -250,8 +251,25 @@ def check_part_header(part: Any, name: str, kind: str) -> None:
         raise ValueError(f"--merge: {name} has no env.gpu with a 'key' (a run without a GPU)")
 
 
+def check_timings(row: dict[str, Any], name: str, n: int) -> None:
+    """Every time of a row (``ms`` and the keys ending in ``_ms``): a finite number > 0, or a
+    non-empty list of them (per-round medians); else a ValueError naming the file and row."""
+    def positive(v: Any) -> bool:
+        return (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                and v > 0)
+
+    for key, value in row.items():
+        if key == "ms" or key.endswith("_ms"):
+            ok = (positive(value) if not isinstance(value, list)
+                  else bool(value) and all(positive(v) for v in value))
+            if not ok:
+                raise ValueError(f"--merge: {name} row {n} has {key} {value!r}: times are "
+                                 "finite numbers > 0 (or non-empty lists of them)")
+
+
 def _check_part(part: Any, name: str) -> None:
-    """:func:`check_part_header` for a model results dict, then rows of known modes."""
+    """:func:`check_part_header` for a model results dict, then rows of known modes and
+    positive times (:func:`check_timings`)."""
     check_part_header(part, name, "model")
     for n, r in enumerate(part["rows"]):
         if not isinstance(r, dict) or any(k not in r for k in ROW_KEYS):
@@ -259,6 +277,7 @@ def _check_part(part: Any, name: str) -> None:
         if r["mode"] not in MODES:
             raise ValueError(f"--merge: {name} row {n} has mode {r['mode']!r}, not one of "
                              f"{list(MODES)}")
+        check_timings(r, name, n)
 
 
 def merge(parts: list[dict[str, Any]], names: list[str] | None = None) -> dict[str, Any]:
