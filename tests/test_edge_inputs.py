@@ -427,3 +427,22 @@ def test_operator_path_names_the_argument_as_eager(call: Callable[[], Callable[[
         call()()
     with FlopCounterMode(display=False), pytest.raises(error, match=message):
         call()()
+
+
+def test_an_inference_out_outside_inference_mode_is_refused() -> None:
+    """torch forbids writing an inference tensor in place outside inference mode: the eager
+    call wrote it silently (on a plan hit too) and the operator path raised the dispatcher's
+    RuntimeError. Inside inference mode it is written."""
+    q, k, v = _qkv()
+    flashrepro.attention(q, k, v, out=torch.empty_like(q))  # a plan for this signature
+    with torch.inference_mode():
+        out = torch.full_like(q, float("nan"))
+    param = torch.nn.Parameter(q.clone(), requires_grad=False)  # the operator path
+    for call in (lambda: flashrepro.attention(q, k, v, out=out),
+                 lambda: flashrepro.attention(param, k, v, out=out),
+                 lambda: flashrepro.attention_kvcache(q, k, v, out=out)):
+        with pytest.raises(ValueError, match="out is an inference tensor"):
+            call()
+    with torch.inference_mode():
+        assert flashrepro.attention(q, k, v, out=out) is out
+    assert_parity(out, None, q, k, v, causal=False)

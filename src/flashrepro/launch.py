@@ -237,7 +237,8 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
                enable_gqa, causal_alignment, return_lse, config, _mma_v3_switch(), bshd)
         if out is None:
             return key
-        if type(out) is not tensor or out.layout is not _STRIDED or out.is_neg():
+        if (type(out) is not tensor or out.layout is not _STRIDED or out.is_neg()
+                or (out.is_inference() and not torch.is_inference_mode_enabled())):
             return None
         return (*key, out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15 == 0)
     except RuntimeError:  # no sizes or storage (a nested tensor): validation names the rule

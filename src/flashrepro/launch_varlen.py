@@ -365,7 +365,8 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
                enable_gqa, num_splits, return_lse, bshd, _mma_v3_switch())
         if out is None:
             return key
-        if out.layout is not _STRIDED or out.is_neg():
+        if (out.layout is not _STRIDED or out.is_neg()
+                or (out.is_inference() and not torch.is_inference_mode_enabled())):
             return None
         return (*key, out.shape, out.stride(), out.dtype, out.device)
     except (RuntimeError, ValueError):  # no sizes (a nested tensor), or k or v not 4-D:

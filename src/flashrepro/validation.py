@@ -229,8 +229,9 @@ def _overlaps_itself(t: torch.Tensor) -> bool:
 
 def check_out_like(out: object, like: torch.Tensor) -> torch.Tensor:
     """`out` checked for type, shape, dtype and device against q (`like`), and refused where it
-    requires grad while autograd is on (as torch's own out= ops do): all that can be checked
-    while tracing (``torch.compile`` writes ``out`` by a copy of the op's output)."""
+    requires grad while autograd is on, or is an inference tensor outside inference mode (as
+    torch's own out= ops do): all that can be checked while tracing (``torch.compile`` writes
+    ``out`` by a copy of the op's output)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
     if out.layout != torch.strided:
@@ -242,6 +243,11 @@ def check_out_like(out: object, like: torch.Tensor) -> torch.Tensor:
     if out.requires_grad and torch.is_grad_enabled():
         raise ValueError("out requires grad, but flashrepro's attention is forward-only and "
                          "writes out in place; pass a tensor that does not require grad")
+    if (not torch.compiler.is_compiling()  # dynamo cannot trace is_inference()
+            and out.is_inference() and not torch.is_inference_mode_enabled()):
+        raise ValueError("out is an inference tensor, written in place outside "
+                         "torch.inference_mode(), which torch forbids; call under "
+                         "inference_mode or pass another tensor")
     return out
 
 
