@@ -446,3 +446,14 @@ def test_an_inference_out_outside_inference_mode_is_refused() -> None:
     with torch.inference_mode():
         assert flashrepro.attention(q, k, v, out=out) is out
     assert_parity(out, None, q, k, v, causal=False)
+
+
+def test_a_self_overlapping_out_on_the_operator_path_is_refused_by_name() -> None:
+    """The operator path writes ``out`` by ``copy_``: a self-overlapping one raised the
+    dispatcher's RuntimeError instead of the eager call's ValueError."""
+    q, k, v = _qkv()
+    out = torch.empty(*SHAPE[:2], 1, SHAPE[3], dtype=q.dtype, device=q.device).expand(SHAPE)
+    param = torch.nn.Parameter(q.clone(), requires_grad=False)
+    for args in ((q, k, v), (param, k, v)):
+        with pytest.raises(ValueError, match="out must not overlap itself"):
+            flashrepro.attention(*args, out=out)

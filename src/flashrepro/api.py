@@ -24,8 +24,8 @@ from flashrepro.validation import (
     _check_flag,
     check_not_nested,
     check_out,
-    check_out_like,
     check_scale_and_alignment,
+    check_traced_out,
     interpreter_mode,
     validate,
 )
@@ -179,7 +179,7 @@ def _traced(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool,
     result = op(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
     o, lse = result if return_lse else (result, None)
     if out is not None:
-        o = check_out_like(out, q).copy_(o)
+        o = check_traced_out(out, q).copy_(o)
     return (o, lse) if return_lse else o
 
 

@@ -16,7 +16,7 @@ import torch
 
 from flashrepro import launch_varlen, ops
 from flashrepro.api import check_traced_input, needs_operator
-from flashrepro.validation import _check_flag, check_out_like, check_scale_and_alignment
+from flashrepro.validation import _check_flag, check_scale_and_alignment, check_traced_out
 
 __all__ = ["attention_kvcache", "attention_varlen"]
 
@@ -107,7 +107,7 @@ def attention_kvcache(
         o, lse = ops.attention_kvcache(q, k, v, seqused_k, causal, scale, enable_gqa,
                                        num_splits)
         if out is not None:
-            o = check_out_like(out, q).copy_(o)
+            o = check_traced_out(out, q).copy_(o)
     else:
         o, lse = launch_varlen.kvcache_forward(q, k, v, seqused_k, causal=causal, scale=scale,
                                                enable_gqa=enable_gqa, num_splits=num_splits,

@@ -251,6 +251,17 @@ def check_out_like(out: object, like: torch.Tensor) -> torch.Tensor:
     return out
 
 
+def check_traced_out(out: object, like: torch.Tensor) -> torch.Tensor:
+    """:func:`check_out_like`, and outside ``torch.compile`` (where strides may be symbolic)
+    :func:`check_out`'s rule that ``out`` not overlap itself: the operator path writes ``out``
+    by ``copy_``, which would raise the dispatcher's RuntimeError instead."""
+    out = check_out_like(out, like)
+    if not torch.compiler.is_compiling() and _overlaps_itself(out):
+        raise ValueError(f"out must not overlap itself (each element its own memory), got "
+                         f"strides {out.stride()} for shape {tuple(out.shape)}")
+    return out
+
+
 def check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
     """`out`, checked against q (`like`) and the inputs it must not share memory with (the
     kernel writes it while other programs still read them); a fresh buffer when None."""
