@@ -447,7 +447,8 @@ def _halves(tmp_path: Path, change: Any = None) -> list[str]:
 def test_model_merge_refuses_bad_parts_by_name(case: str, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     """One line naming the file or option, exit 2, nothing written (a ZeroDivisionError,
-    a RecursionError or a FileExistsError traceback before)."""
+    a RecursionError or a FileExistsError traceback before; --out is now checked when the
+    arguments are parsed)."""
     out = tmp_path / "out"
     if case == "deep":
         deep = tmp_path / "deep.json"
@@ -459,9 +460,13 @@ def test_model_merge_refuses_bad_parts_by_name(case: str, tmp_path: Path,
     elif case == "string-ms":
         parts, expect = _halves(tmp_path, lambda r: r.update(ms="fast")), "has ms 'fast'"
     else:
-        parts, expect = _halves(tmp_path), "cannot write there"
+        parts, expect = _halves(tmp_path), "it is a file, not a folder"
         out.write_text("")
-    assert cli_main(["model", "--merge", *parts, "--out", str(out)]) == 2
+    try:
+        code = cli_main(["model", "--merge", *parts, "--out", str(out)])
+    except SystemExit as exc:  # argparse's refusal of --out
+        code = exc.code
+    assert code == 2
     err = capsys.readouterr().err
     assert expect in err and "Traceback" not in err
     assert case == "out-is-a-file" or not out.exists()
@@ -501,3 +506,26 @@ def test_readme_check_names_bad_model_results(tmp_path: Path,
     assert cli_main(["readme", "--check", "--model-results", str(bad)]) == 4
     err = capsys.readouterr().err
     assert str(bad) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["bench", "--dtypes", "float32"], "invalid choice: 'float32'"),
+    (["bench", "--head-dims", "300"], "head dims run up to 256"),
+    (["tune", "--head-dims", "0"], "--head-dims"),
+])
+def test_sweep_options_are_checked_before_any_work(argv: list[str], message: str,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        cli_main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["bench", "model", "profile", "reproduce"])
+def test_an_out_folder_that_is_a_file_is_refused_before_any_work(
+        command: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exc:
+        cli_main([command, "--out", str(blocker)])
+    assert exc.value.code == 2
+    assert "--out" in (err := capsys.readouterr().err) and "not a folder" in err

@@ -6,7 +6,8 @@ name, such as matplotlib): a temporary file in the same folder, then ``os.replac
 sees the old file or the new one, never part of one (a full disk or a file-size limit cannot
 truncate a baseline).
 
-A file named on the command line is checked when the arguments are parsed (:func:`output_file`)
+A file or folder named on the command line is checked when the arguments are parsed
+(:func:`output_file`, :func:`output_dir`)
 and written with :func:`write_text`; a path that cannot be written is an error naming the option
 and the rule, never a traceback.
 """
@@ -44,6 +45,20 @@ def output_file(text: str) -> Path:
     reason = unwritable_reason(path)
     if reason is not None:
         raise argparse.ArgumentTypeError(f"cannot write {text!r}: {reason}")
+    return path
+
+
+def output_dir(text: str) -> Path:
+    """argparse ``type=`` of an option naming a folder to write results into (made if
+    missing): the path, or an ``ArgumentTypeError`` before any work, so a long run never ends
+    on a folder it cannot write (argparse exits 2)."""
+    path = Path(text)
+    if path.exists() and not path.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write into {text!r}: it is a file, not a "
+                                         "folder")
+    reason = unwritable_reason(path / "results.json")
+    if reason is not None:
+        raise argparse.ArgumentTypeError(f"cannot write into {text!r}: {reason}")
     return path
 
 

@@ -78,6 +78,15 @@ def load_article(path: Path = ARTICLE_TOML) -> tuple[Problem, dict[str, Any]]:
     return problem, data["published"]
 
 
+def head_dim(text: str) -> int:
+    """argparse ``type=`` of a head dim: an int in 1..256 (the kernels' range)."""
+    value = positive_int(text)
+    if value > 256:
+        raise argparse.ArgumentTypeError(f"head dims run up to 256 (the kernels' range), got "
+                                         f"{value}")
+    return value
+
+
 def add_grid_arguments(parser: argparse.ArgumentParser, per: str) -> None:
     """``--lengths``, ``--head-dims`` and ``--tokens``: the grid of problems (H = 16, B·L =
     tokens) that ``tune`` and ``bench`` share, so the tuned table covers the sweep's points.
@@ -85,7 +94,7 @@ def add_grid_arguments(parser: argparse.ArgumentParser, per: str) -> None:
     parser.add_argument("--lengths", type=positive_int, nargs="+",
                         default=[512, 1024, 2048, 4096, 8192, 16384],
                         help="sequence lengths L = Lq = Lk (default: %(default)s)")
-    parser.add_argument("--head-dims", type=positive_int, nargs="+", default=[64, 128],
+    parser.add_argument("--head-dims", type=head_dim, nargs="+", default=[64, 128],
                         help="head dims D (default: %(default)s)")
     parser.add_argument("--tokens", type=positive_int, default=16384,
                         help=f"B·L per {per} (default: %(default)s)")

@@ -5,12 +5,12 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import torch
 
 from flashrepro_harness import env
 from flashrepro_harness.bench import sweep
+from flashrepro_harness.outputs import output_dir
 from flashrepro_harness.problem import add_grid_arguments
 from flashrepro_harness.results import results_dir
 
@@ -18,12 +18,13 @@ from flashrepro_harness.results import results_dir
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_grid_arguments(parser, "point")
     parser.add_argument("--dtypes", nargs="+", default=["float16", "bfloat16"],
+                        choices=["float16", "bfloat16"],
                         help="input dtypes (default: %(default)s)")
     parser.add_argument("--rounds", type=env.positive_int, default=3,
                         help="interleaved rounds per point (default: %(default)s)")
     parser.add_argument("--calls", type=env.positive_int, default=10,
                         help="timed calls per kernel per round (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=None, help="results folder")
+    parser.add_argument("--out", type=output_dir, default=None, help="results folder")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flashrepro_harness import env
+from flashrepro_harness.outputs import output_dir
 from flashrepro_harness.qwen3 import IMPLS, MODES, REFERENCE
 from flashrepro_harness.qwen3.generate_tables import GEN_IMPLS, GEN_MODES
 from flashrepro_harness.results import results_dir
@@ -55,7 +56,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="interleaved rounds (default: %(default)s)")
     parser.add_argument("--calls", type=env.positive_int, default=3,
                         help="timed forwards per implementation per round (default: %(default)s)")
-    parser.add_argument("--out", type=Path, default=None, help="results folder")
+    parser.add_argument("--out", type=output_dir, default=None, help="results folder")
     parser.add_argument("--merge", nargs="+", metavar="MODEL_JSON", default=None,
                         help="measure nothing: join these model.json files (generate.json "
                              "with --generate) of one machine and setup (e.g. an eager and a "

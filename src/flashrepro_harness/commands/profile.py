@@ -7,11 +7,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from flashrepro_harness import env
 from flashrepro_harness.analysis import ncu
 from flashrepro_harness.bench.profile import WORKLOADS, run_executed, run_ladder
+from flashrepro_harness.outputs import output_dir
 from flashrepro_harness.results import results_dir
 
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--ladder", action="store_true", help="only the memory-ladder table")
     parser.add_argument("--workload", choices=[*WORKLOADS, "all"], default="all",
                         help="ladder workload(s) to profile (default: all)")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=output_dir, default=None,
                         help="output folder (default reproduce/results/<gpu-key>/)")
     parser.add_argument("--ncu-path", default=None,
                         help=f"ncu executable (default: ${ncu.NCU_ENV}, PATH, CUDA install)")

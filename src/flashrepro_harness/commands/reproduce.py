@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from flashrepro_harness.env import positive_int
+from flashrepro_harness.outputs import output_dir
 from flashrepro_harness.results import baseline_dir
 
 
@@ -27,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "needs at least 6)")
     parser.add_argument("--calls", type=positive_int, default=10,
                         help="timed calls per kernel per round (default 10)")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", type=output_dir, default=None,
                         help="results folder (default $FLASHREPRO_RESULTS_DIR or "
                              "reproduce/results/<gpu-key>)")
     parser.add_argument("--no-mma-sync", action="store_true",
