@@ -512,6 +512,8 @@ def test_readme_check_names_bad_model_results(tmp_path: Path,
     (["bench", "--dtypes", "float32"], "invalid choice: 'float32'"),
     (["bench", "--head-dims", "300"], "head dims run up to 256"),
     (["tune", "--head-dims", "0"], "--head-dims"),
+    (["profile", "--timeout", "nan"], "finite number of seconds"),
+    (["profile", "--timeout", "0"], "finite number of seconds"),
 ])
 def test_sweep_options_are_checked_before_any_work(argv: list[str], message: str,
                                                    capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib.metadata
+import math
 import os
 import platform
 import re
@@ -159,6 +160,17 @@ def positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds, got {text!r}") from exc
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds > 0, got {text}")
     return value
 
 

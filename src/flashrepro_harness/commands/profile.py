@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="output folder (default reproduce/results/<gpu-key>/)")
     parser.add_argument("--ncu-path", default=None,
                         help=f"ncu executable (default: ${ncu.NCU_ENV}, PATH, CUDA install)")
-    parser.add_argument("--timeout", type=float, default=300,
+    parser.add_argument("--timeout", type=env.positive_seconds, default=300,
                         help="limit per ncu run, seconds (default 300)")
     parser.add_argument("--require-gpu", action="store_true",
                         default=os.environ.get("FLASHREPRO_REQUIRE_GPU") == "1",
