@@ -863,7 +863,9 @@ def test_results_of_other_commits_are_refused(tmp_path: Path) -> None:
         with pytest.raises(ResultsError, match=message):
             check_provenance(r, "results", commit, reference)
     r["reference"] = {"src": "/tmp/base/src", "error": "ImportError: x"}
-    with pytest.raises(ResultsError, match="it did not load"):
+    check_provenance(r, "results", None, "ef45678")  # nothing paired: the baseline judges
+    del r["reference"]
+    with pytest.raises(ResultsError, match="paired reference is commit None"):
         check_provenance(r, "results", None, "ef45678")
     del r["env"]["git_commit"]
     path = _write(tmp_path / "r.json", r)

@@ -234,8 +234,9 @@ def check_provenance(results: dict[str, Any], label: str, commit: str | None,
                      reference_commit: str | None) -> None:
     """Refuse results that do not come from the commits the job measured: ``env.git_commit``
     against ``commit`` and the paired reference's commit against ``reference_commit`` (None:
-    not checked). A stale or copied results file (an earlier run's, the committed one) is
-    never judged as this run's.
+    not checked; a reference that did not load pairs nothing, and the baseline judges every
+    row, as :func:`check` warns). A stale or copied results file (an earlier run's, the
+    committed one) is never judged as this run's.
 
     Raises:
         ResultsError: a commit missing or another (exit 4).
@@ -248,11 +249,12 @@ def check_provenance(results: dict[str, Any], label: str, commit: str | None,
                                "judged (--expect-commit)")
     if reference_commit is not None:
         ref = results.get("reference") or {}
-        got = None if ref.get("error") else ref.get("commit")
+        if ref.get("error"):  # it did not load: nothing is paired, the baseline judges (warned)
+            return
+        got = ref.get("commit")
         if not _same_commit(got, reference_commit):
-            why = f" (it did not load: {ref['error']})" if ref.get("error") else ""
-            raise ResultsError(f"{label}: the results' paired reference is commit {got!r}"
-                               f"{why}, the job's reference is {reference_commit} "
+            raise ResultsError(f"{label}: the results' paired reference is commit {got!r}, "
+                               f"the job's reference is {reference_commit} "
                                "(--expect-reference-commit)")
 
 
