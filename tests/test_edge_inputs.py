@@ -457,3 +457,24 @@ def test_a_self_overlapping_out_on_the_operator_path_is_refused_by_name() -> Non
     for args in ((q, k, v), (param, k, v)):
         with pytest.raises(ValueError, match="out must not overlap itself"):
             flashrepro.attention(*args, out=out)
+
+
+def test_compiled_calls_take_a_new_scale_and_refuse_a_bad_one() -> None:
+    """A second scale makes torch.compile's float symbolic: the scale rule used
+    ``math.isfinite``, which dynamo cannot trace (fullgraph failed; a graph break per layer
+    otherwise). The rule now holds on the symbolic value: a negative scale is still refused."""
+    q, k, v = _qkv()
+    used = torch.tensor([9], dtype=torch.int32, device=q.device)
+    cu = torch.tensor([0, 5, 16], dtype=torch.int32, device=q.device)
+    qt, kt, vt = (t[0].transpose(0, 1) for t in (q, k, v))
+    calls = {
+        "attention": lambda s: flashrepro.attention(q, k, v, scale=s),
+        "kvcache": lambda s: flashrepro.attention_kvcache(q[:, :, :1], k, v, used, scale=s),
+        "varlen": lambda s: flashrepro.attention_varlen(qt, kt, vt, cu, cu, 11, 11, scale=s),
+    }
+    for name, call in calls.items():
+        fn = _compiled(call)
+        for scale in (0.25, 0.3):
+            torch.testing.assert_close(fn(scale), call(scale), rtol=0, atol=0, msg=name)
+        with pytest.raises(Exception, match="scale must be a finite number >= 0"):
+            fn(-1.0)

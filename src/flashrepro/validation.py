@@ -171,7 +171,8 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
 
 
 def check_scale_and_alignment(scale: object, causal_alignment: object) -> None:
-    """Rules 9 and 10 of :func:`validate`, which need no tensor (also checked while tracing).
+    """Rules 9 and 10 of :func:`validate`, which need no tensor (also checked while tracing,
+    on a ``scale`` that ``torch.compile`` made symbolic too).
 
     Raises:
         TypeError: ``scale`` not None or a real number, or a bool.
@@ -181,13 +182,11 @@ def check_scale_and_alignment(scale: object, causal_alignment: object) -> None:
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be None or a real number, got {type(scale).__name__}")
     if scale is not None:
-        try:
-            finite = math.isfinite(scale) and scale >= 0
-        except OverflowError:  # an int beyond float's range
-            finite = False
-        if not finite:
+        # comparisons only (no math.isfinite): dynamo traces them on a scale it made symbolic,
+        # and an int beyond float's range compares without overflowing; NaN fails >= 0
+        if not scale >= 0 or scale == math.inf:
             raise ValueError(f"scale must be a finite number >= 0, got {scale}")
-        if float(scale) > MAX_SCALE:
+        if scale > MAX_SCALE:
             raise ValueError(f"scale must be at most {MAX_SCALE:.6g}, so that scale·log2(e) "
                              f"is finite in float32 (the kernels' scale argument), got {scale}")
     if causal_alignment not in ("top_left", "bottom_right"):
