@@ -69,7 +69,12 @@ in-image python3 -m nox --no-venv -s profile -- --executed
 in-image python3 -m nox --no-venv -s reproduce -- ${REFERENCE_SRC:+--reference-src "$REFERENCE_SRC"}
 
 # step: Judge the results (the base commit's gate, settings and baselines on a pull request; else this commit's)
+# the commits measured, where the judge knows the options (a base from before them does not)
+expect=()
+options=$(judge python3 -m flashrepro_harness gate --help)
+if [[ $options == *--expect-commit* ]]; then
+  expect=(--expect-commit "$HEAD_SHA" ${REFERENCE_SRC:+--expect-reference-commit "$REFERENCE_SHA"})
+fi
 judge python3 -m flashrepro_harness gate --results "$RESULTS_DIR/reproduce.json" \
-  --baseline-dir "$JUDGE_ROOT/reproduce/baselines" --expect-commit "$HEAD_SHA" \
-  ${REFERENCE_SRC:+--expect-reference-commit "$REFERENCE_SHA"} \
+  --baseline-dir "$JUDGE_ROOT/reproduce/baselines" "${expect[@]}" \
   --summary "$VERDICT_DIR/verdict.md" --verdict-json "$VERDICT_DIR/verdict.json"

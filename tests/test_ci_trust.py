@@ -130,9 +130,10 @@ def test_only_the_judge_runs_the_gate() -> None:
     judged = [i for i, run in enumerate(runs) if re.search(r"flashrepro_harness\s+gate\b", run)]
     assert len(judged) == 1
     run = " ".join(runs[judged[0]].replace("\\\n", " ").split())
-    assert run.startswith("judge python3 -m flashrepro_harness gate --results "
-                          '"$RESULTS_DIR/reproduce.json"'), run
-    assert '--baseline-dir "$JUDGE_ROOT/reproduce/baselines"' in run
+    assert ('judge python3 -m flashrepro_harness gate --results "$RESULTS_DIR/reproduce.json" '
+            '--baseline-dir "$JUDGE_ROOT/reproduce/baselines" "${expect[@]}"') in run, run
+    # the commits measured, passed where the judge's gate knows the options
+    assert '--expect-commit "$HEAD_SHA"' in run and "--expect-reference-commit" in run
     assert "if" not in steps[judged[0]]
     timing = step_index(steps, lambda s: "-s reproduce --" in s.get("run", ""))
     assert timing < judged[0]

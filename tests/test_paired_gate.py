@@ -202,3 +202,21 @@ def test_update_baseline_with_twins_shows_the_previous_baseline(tmp_path: Path) 
     assert "the first entry of its history" not in second.markdown
     assert "comparison with the previous baseline" in second.markdown
     assert "| flashrepro | ratio to torch-flash |" in second.markdown
+
+
+@pytest.mark.parametrize("reference", [{"src": "/tmp/base/src", "error": "ImportError: x",
+                                        "commit": "abc1234"}, None],
+                         ids=["did-not-load", "not-recorded"])
+def test_twins_without_a_loaded_reference_are_refused(baseline_dir: Path,
+                                                      reference: dict | None) -> None:
+    """Twins in a run whose reference did not load (or is not recorded) were paired anyway,
+    while the verdict warned that nothing was: such a file is refused."""
+    from flashrepro_harness.gate import ResultsError
+
+    res = _results(_rounds(np.random.default_rng(13)))
+    if reference is None:
+        del res["reference"]
+    else:
+        res["reference"] = reference
+    with pytest.raises(ResultsError, match="has a reference twin, but the run's reference"):
+        check(res, baseline_dir)

@@ -156,7 +156,8 @@ def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     Raises:
         ResultsError: no ``torch-flash`` record, a flashrepro record without the torch-flash
             record of its suffix, a record whose round count differs from its reference's or
-            its twin's, a paired row without a timed twin, or no flashrepro record at all.
+            its twin's, a paired row without a timed twin, a twin in a run whose reference
+            did not load or is not recorded, or no flashrepro record at all.
     """
     rounds = timed(results)
     if REFERENCE_RECORD not in rounds:
@@ -188,6 +189,12 @@ def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
                                f"{reference.get('commit') or reference.get('src')}, every "
                                "flashrepro row is judged by its twin, never left to the baseline")
         if twin is not None:
+            if not paired_run:
+                state = (f"did not load ({reference['error']})" if reference.get("error")
+                         else "is not recorded")
+                raise ResultsError(f"record {name!r} has a reference twin, but the run's "
+                                   f"reference checkout {state}: a twin without the "
+                                   "reference it was timed with is not judged")
             if twin.size != us.size:
                 raise ResultsError(f"record {name!r} has {us.size} rounds but its reference "
                                    f"twin has {twin.size}: paired ratios need the same rounds")

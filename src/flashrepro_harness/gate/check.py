@@ -50,8 +50,17 @@ FEW_ROUNDS = 20
 """Below this many rounds the gate warns that only large slowdowns can be caught."""
 REQUIRED_ROWS = tuple(f"{name}{suffix}" for suffix in ("", " (non-causal)")
                       for name in ("flashrepro", "flashrepro-article-config", "article-kernel"))
-"""The flashrepro rows every ``reproduce`` run times on any GPU: a run judged without a
-baseline (which would name its rows) must have them."""
+"""The flashrepro rows every ``reproduce`` run of a causal problem times on any GPU (the
+``(non-causal)`` ones only there: :func:`required_rows`): a run judged without a baseline
+(which would name its rows) must have them."""
+
+
+def required_rows(problem: dict[str, Any]) -> tuple[str, ...]:
+    """:data:`REQUIRED_ROWS` of a results' problem: the non-causal twins exist only for a
+    causal one (``bench.reproduce``)."""
+    if problem.get("causal"):
+        return REQUIRED_ROWS
+    return tuple(n for n in REQUIRED_ROWS if not n.endswith(" (non-causal)"))
 
 
 @dataclass(frozen=True)
@@ -482,7 +491,8 @@ def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float |
         if paired and not unpaired:
             # no baseline names the rows: the pair must judge the ones every run has (a new
             # baseline's run need not have them)
-            missing = [n for n in REQUIRED_ROWS if n not in samples] if judging else []
+            missing = ([n for n in required_rows(results["problem"]) if n not in samples]
+                       if judging else [])
             if missing:
                 verdict.failures = [{"record": n, "rule": "a run judged by its reference twins "
                                      "alone must have every row each reproduce run has "
