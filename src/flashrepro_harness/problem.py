@@ -79,11 +79,14 @@ def load_article(path: Path = ARTICLE_TOML) -> tuple[Problem, dict[str, Any]]:
 
 
 def head_dim(text: str) -> int:
-    """argparse ``type=`` of a head dim: an int in 1..256 (the kernels' range)."""
+    """argparse ``type=`` of a head dim: an int in 1..:data:`~flashrepro.validation.
+    MAX_HEAD_DIM` (the kernels' range)."""
+    from flashrepro.validation import MAX_HEAD_DIM
+
     value = positive_int(text)
-    if value > 256:
-        raise argparse.ArgumentTypeError(f"head dims run up to 256 (the kernels' range), got "
-                                         f"{value}")
+    if value > MAX_HEAD_DIM:
+        raise argparse.ArgumentTypeError(f"head dims run up to {MAX_HEAD_DIM} (the kernels' "
+                                         f"range), got {value}")
     return value
 
 

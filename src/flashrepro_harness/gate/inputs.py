@@ -49,8 +49,8 @@ def read_json(path: Path, label: str, error: type[Refused] = ResultsError) -> An
         info = path.lstat()
         if not stat.S_ISREG(info.st_mode):
             kind = "a symbolic link" if stat.S_ISLNK(info.st_mode) else "not a regular file"
-            raise error(f"{label}: {kind}; the gate reads only a plain file (a link could "
-                        "point at another run's results, a pipe or device would never end)")
+            raise error(f"{label}: {kind}; only a plain file is read (a link could point at "
+                        "another run's results, a pipe or device would never end)")
         size = info.st_size
         if size > MAX_FILE_BYTES:
             raise error(f"{label}: {size} bytes, more than the {MAX_FILE_BYTES} a results or "
