@@ -16,7 +16,7 @@ import torch
 
 from flashrepro import launch_varlen, ops
 from flashrepro.api import check_traced_input, needs_operator
-from flashrepro.validation import _check_flag, check_scale_and_alignment, check_traced_out
+from flashrepro.validation import _check_flag, check_scale, check_traced_out
 
 __all__ = ["attention_kvcache", "attention_varlen"]
 
@@ -203,7 +203,7 @@ def _check_traced_inputs(scale: object, **tensors: object) -> None:
     """What the operator's schema would coerce or refuse without naming the argument on the
     traced path: ``scale`` (a bool would run as 1.0), and each tensor argument
     (:func:`flashrepro.api.check_traced_input`; ``seqused_k`` may be None)."""
-    check_scale_and_alignment(scale, "bottom_right")
+    check_scale(scale)
     for name, t in tensors.items():
         if not (t is None and name == "seqused_k"):
             check_traced_input(name, t)

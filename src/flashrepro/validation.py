@@ -171,13 +171,25 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
 
 
 def check_scale_and_alignment(scale: object, causal_alignment: object) -> None:
-    """Rules 9 and 10 of :func:`validate`, which need no tensor (also checked while tracing,
-    on a ``scale`` that ``torch.compile`` made symbolic too).
+    """Rules 9 and 10 of :func:`validate`, which need no tensor (also checked while tracing).
+
+    Raises:
+        TypeError, ValueError: :func:`check_scale`'s; ValueError: ``causal_alignment`` not
+            one of the two.
+    """
+    check_scale(scale)
+    if causal_alignment not in ("top_left", "bottom_right"):
+        raise ValueError("causal_alignment must be 'top_left' (SDPA's is_causal) or "
+                         f"'bottom_right', got {causal_alignment!r}")
+
+
+def check_scale(scale: object) -> None:
+    """Rule 9 of :func:`validate` (also checked while tracing, on a ``scale`` that
+    ``torch.compile`` made symbolic too).
 
     Raises:
         TypeError: ``scale`` not None or a real number, or a bool.
-        ValueError: ``scale`` not finite, below 0 or above :data:`MAX_SCALE`;
-            ``causal_alignment`` not one of the two.
+        ValueError: ``scale`` not finite, below 0 or above :data:`MAX_SCALE`.
     """
     if scale is not None and (isinstance(scale, bool) or not isinstance(scale, numbers.Real)):
         raise TypeError(f"scale must be None or a real number, got {type(scale).__name__}")
@@ -189,9 +201,6 @@ def check_scale_and_alignment(scale: object, causal_alignment: object) -> None:
         if scale > MAX_SCALE:
             raise ValueError(f"scale must be at most {MAX_SCALE:.6g}, so that scale·log2(e) "
                              f"is finite in float32 (the kernels' scale argument), got {scale}")
-    if causal_alignment not in ("top_left", "bottom_right"):
-        raise ValueError("causal_alignment must be 'top_left' (SDPA's is_causal) or "
-                         f"'bottom_right', got {causal_alignment!r}")
 
 
 
@@ -255,10 +264,15 @@ def check_traced_out(out: object, like: torch.Tensor) -> torch.Tensor:
     :func:`check_out`'s rule that ``out`` not overlap itself: the operator path writes ``out``
     by ``copy_``, which would raise the dispatcher's RuntimeError instead."""
     out = check_out_like(out, like)
-    if not torch.compiler.is_compiling() and _overlaps_itself(out):
+    if not torch.compiler.is_compiling():
+        _refuse_self_overlap(out)
+    return out
+
+
+def _refuse_self_overlap(out: torch.Tensor) -> None:
+    if _overlaps_itself(out):
         raise ValueError(f"out must not overlap itself (each element its own memory), got "
                          f"strides {out.stride()} for shape {tuple(out.shape)}")
-    return out
 
 
 def check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch.Tensor:
@@ -270,9 +284,7 @@ def check_out(out: object, like: torch.Tensor, **inputs: torch.Tensor) -> torch.
     if out.is_neg():  # under tracing the op's output is copied in, which honours the bit
         raise ValueError("out must not carry torch's lazy negation bit: the kernel writes its "
                          "memory as stored; pass a plain tensor")
-    if _overlaps_itself(out):
-        raise ValueError(f"out must not overlap itself (each element its own memory), got "
-                         f"strides {out.stride()} for shape {tuple(out.shape)}")
+    _refuse_self_overlap(out)
     for name, t in inputs.items():
         same_view = (name == "q" and out.data_ptr() == t.data_ptr()
                      and out.stride() == t.stride())

@@ -142,6 +142,13 @@ def _judged(name: str) -> str | None:
     return split_name(name)[1] if is_product(name) else None
 
 
+def paired_run(results: dict[str, Any]) -> bool:
+    """Whether a results dict was timed beside a reference checkout that loaded
+    (``reproduce --reference-src``): its flashrepro rows are judged by their twins."""
+    reference = results.get("reference") or {}
+    return bool(reference) and not reference.get("error")
+
+
 def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
     """Per-round samples of a results dict: ``{record: {"us": [...], "ratio": [...]}}``.
 
@@ -164,7 +171,7 @@ def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
         raise ResultsError(f"results have no {REFERENCE_RECORD!r} record, the reference of the "
                            "gate's primary metric")
     reference = results.get("reference") or {}
-    paired_run = bool(reference) and not reference.get("error")
+    paired = paired_run(results)
     reasons = {r["name"]: r.get("skipped") or r.get("failed") for r in results["records"]}
     out: dict[str, dict[str, list[float]]] = {}
     for name, us in rounds.items():
@@ -182,14 +189,14 @@ def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:
         out.setdefault(ref_name, {"us": ref.tolist()})
         out[name] = {"us": us.tolist(), "ratio": (us / ref).tolist()}
         twin = rounds.get(REFERENCE_PREFIX + name)
-        if twin is None and paired_run:
+        if twin is None and paired:
             why = reasons.get(REFERENCE_PREFIX + name) or "no such record"
             raise ResultsError(f"record {name!r} has no timed reference twin "
                                f"'{REFERENCE_PREFIX}{name}' ({why}): in a run paired with "
                                f"{reference.get('commit') or reference.get('src')}, every "
                                "flashrepro row is judged by its twin, never left to the baseline")
         if twin is not None:
-            if not paired_run:
+            if not paired:
                 state = (f"did not load ({reference['error']})" if reference.get("error")
                          else "is not recorded")
                 raise ResultsError(f"record {name!r} has a reference twin, but the run's "

@@ -278,7 +278,10 @@ def kernel_failures(results: dict[str, Any], baseline: dict[str, Any] | None = N
     * a timed row, any row, whose ``max_abs_err`` is not at most the output tolerance of the
       problem's dtype (:data:`flashrepro_harness.results.OUTPUT_TOLERANCE`; NaN is over it);
     * a reference twin ``reference:X`` whose row X is not in the run;
-    * with ``baseline``: a flashrepro row the baseline has and the run lacks.
+    * with ``baseline``: a flashrepro row the baseline has and the run lacks; with
+      ``baseline_path`` but no baseline there, in a run its twins alone would judge
+      (:func:`~flashrepro_harness.gate.baseline.paired_run`), a row of :func:`required_rows`
+      the run lacks (no baseline names the rows).
     """
     dtype = results["problem"]["dtype"]
     tolerance = output_tolerance(dtype)
@@ -306,6 +309,12 @@ def kernel_failures(results: dict[str, Any], baseline: dict[str, Any] | None = N
         if is_product(name) and name not in names:
             out.append({"record": name, "rule": "a flashrepro row the baseline has must be in "
                         "the run", "detail": f"missing; the baseline {baseline_path} has it"})
+    if baseline is None and baseline_path is not None and bl.paired_run(results):
+        out += [{"record": name, "rule": "a run judged by its reference twins alone must have "
+                 "every row each reproduce run has (gate.check.REQUIRED_ROWS)",
+                 "detail": f"missing; no baseline names the rows ({baseline_path} does not "
+                           "exist)"}
+                for name in required_rows(results["problem"]) if name not in names]
     return out
 
 
@@ -453,7 +462,6 @@ def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float |
            failures: list[dict[str, str]] | None = None) -> Verdict:
     """:func:`check` after its input checks; ``failures``: a baseline update's (without the
     missing-row rule), else :func:`kernel_failures` here."""
-    judging = failures is None  # not an --update-baseline
     path = _named(label, bl.baseline_path, baseline_dir, results)
     base = bl.load(path)
     st, notes = _settings(base.get("gate") if base else None, given, f"baseline {path}")
@@ -489,18 +497,6 @@ def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float |
     verdict.host_cost, host_warnings = host.compare(results, base)
     if base is None:
         if paired and not unpaired:
-            # no baseline names the rows: the pair must judge the ones every run has (a new
-            # baseline's run need not have them)
-            missing = ([n for n in required_rows(results["problem"]) if n not in samples]
-                       if judging else [])
-            if missing:
-                verdict.failures = [{"record": n, "rule": "a run judged by its reference twins "
-                                     "alone must have every row each reproduce run has "
-                                     "(gate.check.REQUIRED_ROWS)", "detail": "missing; no "
-                                     f"baseline names the rows ({path} does not exist)"}
-                                    for n in missing]
-                verdict.status, verdict.exit_code = "kernel-failure", ExitCode.KERNEL_FAILURE
-                return verdict
             verdict.warnings.append("no committed baseline for this GPU and problem: judged "
                                     "by the paired reference alone")
         return _decide(verdict, unpaired, "no-baseline")
