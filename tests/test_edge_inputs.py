@@ -478,3 +478,53 @@ def test_compiled_calls_take_a_new_scale_and_refuse_a_bad_one() -> None:
             torch.testing.assert_close(fn(scale), call(scale), rtol=0, atol=0, msg=name)
         with pytest.raises(Exception, match="scale must be a finite number >= 0"):
             fn(-1.0)
+
+
+def _zeros_without_memory(like: torch.Tensor) -> torch.Tensor:
+    """A ZeroTensor (autograd's zeros with a null data pointer) of ``like``'s shape."""
+    return torch._efficientzerotensor(like.shape, dtype=like.dtype, device=like.device)
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v", "out"])
+def test_zero_tensor_is_refused_on_every_call(name: str) -> None:
+    """A ZeroTensor has no memory (data pointer 0): launched, the kernel would read or write
+    address 0 (an illegal access on a GPU). Refused by name, also when its plain twin's plan
+    is cached (the plan's key reads only the pointer's alignment, which 0 passes)."""
+    q, k, v = _qkv()
+    args = {"q": q, "k": k, "v": v, "out": torch.empty_like(q)}
+    flashrepro.attention(**args)
+    args[name] = _zeros_without_memory(q)
+    with pytest.raises(ValueError, match=f"{name} is a ZeroTensor"):
+        flashrepro.attention(**args)
+
+
+@pytest.mark.parametrize("name", ["q", "k", "v", "out", "seqused_k"])
+def test_zero_tensor_is_refused_by_the_kvcache_call(name: str) -> None:
+    """As above, for :func:`flashrepro.attention_kvcache`, after a call of the same shapes."""
+    q = torch.randn(2, 4, 1, 16, dtype=torch.float16, device=DEVICE)
+    k, v = (torch.randn(2, 2, 32, 16, dtype=torch.float16, device=DEVICE) for _ in range(2))
+    used = torch.tensor([32, 7], dtype=torch.int32, device=DEVICE)
+    args = {"q": q, "k": k, "v": v, "seqused_k": used, "out": torch.empty_like(q)}
+    flashrepro.attention_kvcache(**args, enable_gqa=True)
+    args[name] = _zeros_without_memory(args[name])
+    with pytest.raises(ValueError, match=f"{name} is a ZeroTensor"):
+        flashrepro.attention_kvcache(**args, enable_gqa=True)
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["first-call", "plan-cached"])
+def test_kvcache_out_sharing_memory_with_seqused_k_is_refused(cached: bool) -> None:
+    """The kernel reads ``seqused_k`` while other programs write ``out``: an ``out`` over the
+    lengths' bytes would change the lengths mid-launch. Refused by name, also when a call of
+    the same shapes with apart buffers is cached (the per-call check looked at q, k and v)."""
+    q = torch.randn(2, 4, 1, 16, dtype=torch.float16, device=DEVICE)
+    k, v = (torch.randn(2, 2, 32, 16, dtype=torch.float16, device=DEVICE) for _ in range(2))
+    if cached:
+        flashrepro.attention_kvcache(q, k, v, torch.tensor([32, 7], dtype=torch.int32,
+                                                           device=DEVICE),
+                                     out=torch.empty_like(q), enable_gqa=True)
+    buf = torch.zeros(q.numel() * q.element_size(), dtype=torch.uint8, device=DEVICE)
+    out = buf.view(torch.float16).view(q.shape)
+    used = buf[:8].view(torch.int32)
+    used.copy_(torch.tensor([32, 7], dtype=torch.int32))
+    with pytest.raises(ValueError, match="out must not share memory with seqused_k"):
+        flashrepro.attention_kvcache(q, k, v, used, out=out, enable_gqa=True)

@@ -315,6 +315,16 @@ def test_mask_descriptors() -> None:
     assert spans.start.tolist() == [0, 3] and spans.end.tolist() == [12, 12]
 
 
+
+def test_mask_of_no_keys_is_spans_of_no_keys() -> None:
+    """kv_length 0 with a padding mask (an empty mask): every row's span is empty, where
+    ``argmax`` over zero columns raised an IndexError."""
+    empty = torch.ones(2, 0, dtype=torch.bool)
+    spans = fr_tf.mask(2, q_length=1, kv_length=0, attention_mask=empty)
+    assert isinstance(spans, ks.KeySpans)
+    assert spans.start.tolist() == [0, 0] and spans.end.tolist() == [0, 0]
+    assert fr_tf.mask(2, q_length=0, kv_length=0, attention_mask=empty) is None
+
 def test_bidirectional_masks_need_no_alignment() -> None:
     """A bidirectional pattern (an encoder, or cross-attention onto one) lets every query see
     every valid key, wherever the queries sit: L_q != L_k is no padding."""

@@ -22,8 +22,8 @@ from flashrepro.validation import (
     MAX_GRID_Y,
     CausalAlignment,
     _check_flag,
-    check_not_nested,
     check_out,
+    check_readable,
     check_scale_and_alignment,
     check_traced_out,
     interpreter_mode,
@@ -194,7 +194,7 @@ def check_traced_input(name: str, t: object) -> None:
     """
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    check_not_nested(name, t)
+    check_readable(name, t)
     if not torch.compiler.is_compiling():  # dynamo cannot trace functorch's queries
         _check_not_differentiated(name, t)
 

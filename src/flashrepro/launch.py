@@ -207,10 +207,10 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
                causal_alignment: Any, return_lse: Any, config: Any,
                out: Any = None, bshd: bool = False) -> tuple[Any, ...] | None:
     """The plan-cache key of a call, or None where the call must take the full path: inputs
-    (or an ``out``) that are not plain dense tensors (or carry a negation bit), flags that are
-    not bools, arguments of other types, tensors on neither a GPU nor the interpreter's CPU,
-    inputs that require grad while autograd is on, calls inside a forward-AD dual level,
-    tensors without sizes or storage (nested).
+    (or an ``out``) that are not plain dense tensors (or carry a negation bit, or are
+    ZeroTensors), flags that are not bools, arguments of other types, tensors on neither a GPU
+    nor the interpreter's CPU, inputs that require grad while autograd is on, calls inside a
+    forward-AD dual level, tensors without sizes or storage (nested).
     ``out``'s layout keys the plan; its memory is checked against q, k and v on every call
     (:meth:`LaunchPlan.out_is_apart`)."""
     tensor = torch.Tensor
@@ -227,7 +227,8 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
     if forward_ad_active():  # an input may carry a tangent: the full checks refuse it
         return None
     if (q.layout is not _STRIDED or k.layout is not _STRIDED or v.layout is not _STRIDED
-            or q.is_neg() or k.is_neg() or v.is_neg()):
+            or q.is_neg() or k.is_neg() or v.is_neg()
+            or q._is_zerotensor() or k._is_zerotensor() or v._is_zerotensor()):
         return None
     try:
         # Triton specializes each pointer on its own 16-byte alignment: one bit per tensor
@@ -238,6 +239,7 @@ def _signature(q: Any, k: Any, v: Any, causal: Any, scale: Any, enable_gqa: Any,
         if out is None:
             return key
         if (type(out) is not tensor or out.layout is not _STRIDED or out.is_neg()
+                or out._is_zerotensor()
                 or (out.is_inference() and not torch.is_inference_mode_enabled())):
             return None
         return (*key, out.shape, out.stride(), out.dtype, out.device, out.data_ptr() & 15 == 0)

@@ -33,8 +33,9 @@ from flashrepro.launch import MAX_PLANS, _gpu_facts, _mma_v3_switch
 from flashrepro.select import INT32_LIMIT, fits_int32
 from flashrepro.validation import (
     _check_flag,
-    check_not_nested,
+    byte_span,
     check_out,
+    check_readable,
     forward_ad_active,
     interpreter_mode,
     validate,
@@ -194,7 +195,7 @@ def check_lengths(name: str, t: object, size: int | None, shape: str,
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be an int32 torch.Tensor of shape {shape} on q's device, "
                         f"got {type(t).__name__}")
-    check_not_nested(name, t)
+    check_readable(name, t)
     if t.layout != torch.strided:
         raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     if t.dtype != torch.int32:
@@ -257,7 +258,7 @@ def validate_kvcache(q: object, k: object, v: object, seqused_k: object, *, caus
 def _check_packed(name: str, t: object) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    check_not_nested(name, t)
+    check_readable(name, t)
     if t.layout != torch.strided:
         raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}")
     if t.dim() != 3:
@@ -333,7 +334,7 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
     whether k's and v's agree) and the out's memory against q, k and v (checked per call);
     None where the call must take the full
     checks (arguments of other types, tensors that require grad, are not dense, carry a
-    negation bit or have no sizes)."""
+    negation bit, are ZeroTensors or have no sizes)."""
     tensor = torch.Tensor
     if not (type(q) is tensor and type(k) is tensor and type(v) is tensor
             and (seqused_k is None or type(seqused_k) is tensor) and causal.__class__ is bool
@@ -350,9 +351,11 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
     if forward_ad_active():  # an input may carry a tangent: the full checks refuse it
         return None
     if (q.layout is not _STRIDED or k.layout is not _STRIDED or v.layout is not _STRIDED
-            or q.is_neg() or k.is_neg() or v.is_neg()):
+            or q.is_neg() or k.is_neg() or v.is_neg()
+            or q._is_zerotensor() or k._is_zerotensor() or v._is_zerotensor()):
         return None
-    if seqused_k is not None and (seqused_k.layout is not _STRIDED or seqused_k.is_neg()):
+    if seqused_k is not None and (seqused_k.layout is not _STRIDED or seqused_k.is_neg()
+                                  or seqused_k._is_zerotensor()):
         return None
     try:
         used = None if seqused_k is None else (seqused_k.shape, seqused_k.dtype,
@@ -365,7 +368,7 @@ def _kvcache_signature(q: Any, k: Any, v: Any, seqused_k: Any, causal: Any, scal
                enable_gqa, num_splits, return_lse, bshd, _mma_v3_switch())
         if out is None:
             return key
-        if (out.layout is not _STRIDED or out.is_neg()
+        if (out.layout is not _STRIDED or out.is_neg() or out._is_zerotensor()
                 or (out.is_inference() and not torch.is_inference_mode_enabled())):
             return None
         return (*key, out.shape, out.stride(), out.dtype, out.device)
@@ -458,6 +461,13 @@ def _disjoint(out: torch.Tensor, *tensors: torch.Tensor) -> bool:
     return True
 
 
+def _apart(out: torch.Tensor, lengths: torch.Tensor) -> bool:
+    """Whether the byte span of ``out`` (4-D, not empty) misses that of ``lengths`` (1-D,
+    one length per row of ``out``'s batch: not empty either)."""
+    o0, t0 = out.data_ptr(), lengths.data_ptr()
+    return t0 >= o0 + _span4(out) or o0 >= t0 + byte_span(lengths)
+
+
 def _decode_shape(q: torch.Tensor, k: torch.Tensor, config: DecodeConfig | None = None, *,
                   num_sms: int | None = None, max_shared: int | None = None) -> _DecodeShape:
     """The packed-row tiling of a kvcache call and its launch config (``config``, else
@@ -503,8 +513,8 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     key = _kvcache_signature(q, k, v, seqused_k, causal, scale, enable_gqa, num_splits,
                              return_lse, out, bshd)
     shape = _CHECKED_KVCACHE.get(key) if key is not None else None
-    checked = shape is not None and (out is None or not out.numel()
-                                     or _disjoint(out, q, k, v))
+    checked = shape is not None and (out is None or not out.numel() or (
+        _disjoint(out, q, k, v) and (seqused_k is None or _apart(out, seqused_k))))
     if not checked:
         validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
                          num_splits=num_splits, return_lse=return_lse)
@@ -512,7 +522,8 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     l_max = k.shape[2]
     o: torch.Tensor | None  # (B, H, Lq, D): made for the full launch only where bshd
     if not checked:
-        result = (check_out(out, q, q=q, k=k, v=v) if out is not None or not bshd
+        lengths = {} if seqused_k is None else {"seqused_k": seqused_k}
+        result = (check_out(out, q, q=q, k=k, v=v, **lengths) if out is not None or not bshd
                   else q.new_empty((b, lq, h, d)))
         if key is not None and config is None and k.shape[1] and lq:
             if len(_CHECKED_KVCACHE) >= MAX_PLANS:

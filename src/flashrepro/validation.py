@@ -94,7 +94,7 @@ def validate(q: object, k: object, v: object, *, scale: float | None, enable_gqa
     for name, t in tensors.items():
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        check_not_nested(name, t)
+        check_readable(name, t)
         if t.layout != torch.strided:
             raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}; "
                             f"pass {name}.to_dense()")
@@ -204,17 +204,22 @@ def check_scale(scale: object) -> None:
 
 
 
-def check_not_nested(name: str, t: torch.Tensor) -> None:
-    """Refuse a nested tensor (``torch.nested``, strided or jagged): its rows have their own
-    lengths, which the (B, H, L, D) kernels cannot take.
+def check_readable(name: str, t: torch.Tensor) -> None:
+    """Refuse a tensor whose elements do not lie at its data pointer as its strides say: a
+    nested tensor (``torch.nested``, strided or jagged: its rows have their own lengths, which
+    the (B, H, L, D) kernels cannot take), or a ZeroTensor (autograd's storage-less zeros,
+    ``torch._efficientzerotensor``: its data pointer is null).
 
     Raises:
-        TypeError: ``t`` is nested, naming it as ``name``.
+        TypeError: ``t`` is nested; ValueError: ``t`` is a ZeroTensor; naming it as ``name``.
     """
     if t.is_nested:
         raise TypeError(f"{name} must not be a nested tensor (torch.nested, layout "
                         f"{t.layout}): the kernels take dense (B, H, L, D) tensors; pad it, "
                         f"e.g. {name}.to_padded_tensor(0.0)")
+    if not torch.compiler.is_compiling() and t._is_zerotensor():
+        raise ValueError(f"{name} is a ZeroTensor (autograd's zeros without memory), which the "
+                         f"kernels cannot read or write; pass torch.zeros_like({name})")
 
 
 def _overlaps_itself(t: torch.Tensor) -> bool:
@@ -242,6 +247,7 @@ def check_out_like(out: object, like: torch.Tensor) -> torch.Tensor:
     ``out`` by a copy of the op's output)."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"out must be a torch.Tensor or None, got {type(out).__name__}")
+    check_readable("out", out)
     if out.layout != torch.strided:
         raise ValueError(f"out must be a dense (strided) tensor, got layout {out.layout}")
     if out.shape != like.shape or out.dtype != like.dtype or out.device != like.device:

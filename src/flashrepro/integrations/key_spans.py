@@ -115,6 +115,9 @@ def key_spans(valid: torch.Tensor, query_start: int | torch.Tensor) -> KeySpans:
     past the last valid key of each row, ``broken`` where fewer keys than that span are
     valid. ``query_start``: the key index of query row 0 (an int or a 0-dim tensor)."""
     batch, length = valid.shape
+    if length == 0:  # argmax needs a column: an empty row is a span of no keys
+        valid = valid.new_zeros(batch, 1)
+        length = 1
     flags = valid.to(torch.int8)
     any_valid = valid.any(dim=1)
     first = flags.argmax(dim=1)
