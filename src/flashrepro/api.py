@@ -147,8 +147,8 @@ def needs_operator(q: object, *others: object) -> bool:
     batched tensors are plain ``torch.Tensor`` without storage; the op gets vmap's per-slice
     fallback). ``others`` that are not tensors (None, a bad argument) leave the choice to q,
     so the eager path's validation names them. A CUDA-graph capture is none of these: the
-    eager launch goes into the capturing stream like any kernel. On a shared 2-core
-    development host (timeit, 2·10^5 calls) 0.82 µs with k, v and ``out``, 0.80 µs for q
+    eager launch goes into the capturing stream like any kernel. On a 2-core CPU host
+    (timeit, 2·10^5 calls) 0.82 µs with k, v and ``out``, 0.80 µs for q
     alone."""
     tensor = torch.Tensor
     for t in others:
