@@ -110,11 +110,14 @@ def _with_outlier(results: dict, record: str, index: int, factor: float) -> dict
 
 
 @SLOW_PROPERTY
-@given(index=st.integers(0, 99), factor=st.sampled_from([0.05, 0.5, 3.0, 50.0]),
+@given(index=st.integers(0, 99), factor=st.sampled_from([0.15, 0.5, 3.0, 50.0]),
        record=st.sampled_from(["flashrepro", "torch-flash"]))
 def test_one_outlier_round_does_not_flip_a_verdict(tmp_path_factory: pytest.TempPathFactory,
                                                    index: int, factor: float,
                                                    record: str) -> None:
+    """A fast outlier stays above the time the work takes at the GPU's peak (0.15x the
+    synthetic flashrepro round, about 1.4x the floor): a faster round is refused
+    (``test_gate_faults.test_case8_times_faster_than_the_gpu_can_compute_are_refused``)."""
     d = tmp_path_factory.mktemp("b")
     update_baseline(_run(1), d)
     same, slow = _run(2), _run(3, slowdown=0.05)

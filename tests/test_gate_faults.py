@@ -41,6 +41,7 @@ from flashrepro.validation import interpreter_mode
 from flashrepro_harness import env, problem
 from flashrepro_harness.bench import reproduce as bench_reproduce
 from flashrepro_harness.cli import main
+from flashrepro_harness.gate import plausible
 from flashrepro_harness.gate.simulate import synthetic_env
 
 REPO = Path(__file__).resolve().parents[1]
@@ -289,6 +290,54 @@ def test_case8_malformed_results_exit_4_with_the_file_and_the_rule(
     assert _gate(path) == 4
     err = capsys.readouterr().err
     assert str(path) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["flashrepro", "reference:flashrepro (non-causal)"])
+def test_case8_times_faster_than_the_gpu_can_compute_are_refused(
+        good: dict[str, Any], tmp_path: Path, name: str,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A timer that measured no work (events around nothing, a launch that never ran) reads
+    a speedup, and paired with a twin timed the same way, a pass. Rounds at a quarter of the
+    committed times (the causal row at 1.25x the H200's peak rate; at a third, 0.93x, the gate
+    passes it as a speedup), of one row or of a twin and its product: refused, naming the
+    record."""
+    _slow(good, name, 1 / 4)
+    twin = name.removeprefix("reference:") if name.startswith("reference:") else None
+    if twin:
+        _slow(good, twin, 1 / 4)
+    assert _gate(_write(tmp_path / "r.json", good)) == 4
+    err = capsys.readouterr().err
+    assert "has a round median" in err and "peak" in err
+    assert f"record {name.removeprefix('reference:')!r}" in err  # the first of them
+
+
+def test_the_time_floor_is_the_problem_s_matrix_products_at_the_gpu_s_peak() -> None:
+    """The floor of the committed run's problem on its H200: 4·B·H·D FLOPs per attended pair
+    (causal: 1024·1025/2 pairs a head) at 132 SMs x 1980 MHz x 4096 FLOPs a clock; without
+    GPU facts, the stand-ins, never a higher floor."""
+    data = json.loads(COMMITTED.read_text())
+    gpu, prob = data["env"]["gpu"], data["problem"]
+    flops = 4 * 2 * 16 * 128 * (1024 * 1025 // 2)
+    assert plausible.floor_us(prob, True, gpu) == pytest.approx(
+        flops / (132 * 1980e6 * 4096) * 1e6)
+    assert plausible.floor_us(prob, False, gpu) == pytest.approx(
+        2 * flops * 1024 / 1025 / (132 * 1980e6 * 4096) * 1e6)
+    for missing in ("max_sm_clock_mhz", "sm_count", "capability"):
+        less = {k: v for k, v in gpu.items() if k != missing}
+        assert plausible.floor_us(prob, True, less) < plausible.floor_us(prob, True, gpu)
+    assert plausible.floor_us(prob, True, None) < plausible.floor_us(prob, True, gpu)
+    fastest = min(min(r["round_medians_us"]) for r in data["records"]
+                  if "round_medians_us" in r)
+    assert plausible.floor_us(prob, True, gpu) < fastest / 3
+
+
+def test_attended_pairs_are_the_fewer_of_the_causal_alignments() -> None:
+    for lq, lk in [(1, 1), (5, 3), (3, 5), (64, 64), (1, 4096), (4096, 1), (7, 100)]:
+        top_left = sum(min(lk, i + 1) for i in range(lq))
+        bottom_right = sum(min(lk, max(0, i + 1 + lk - lq)) for i in range(lq))
+        assert plausible.attended_pairs(lq, lk, True) == min(top_left, bottom_right)
+        assert plausible.attended_pairs(lq, lk, False) == lq * lk
+    assert plausible.attended_pairs(2**40, 2**40, True) == 2**40 * (2**40 + 1) // 2  # no loop
 
 
 @pytest.mark.parametrize("content", [[], "no-env", "no-ratios"], ids=["[]", "no-env", "no-ratios"])

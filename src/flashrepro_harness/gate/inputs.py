@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any, NoReturn
 
+from flashrepro_harness.gate.plausible import check_floor
 from flashrepro_harness.gate.refusals import BaselineError, Refused, ResultsError
 from flashrepro_harness.gate.stats import MAX_ROUNDS
 from flashrepro_harness.results import COMPLETE, RESULTS_SCHEMA, is_product
@@ -101,8 +102,10 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
     fields typed), and ``records``: objects with unique non-empty names, each either
     ``skipped`` or ``failed`` (a reason) or timed: 1 to :data:`MAX_ROUNDS` round medians, each a
     finite number > 0, a numeric ``max_abs_err`` >= 0 (NaN allowed: a failed output check,
-    judged later) and, where present, finite ``host_us`` and ``eager_us`` >= 0. Numbers are
-    floats or ints of magnitude at most :data:`MAX_INT`.
+    judged later) and, where present, finite ``host_us`` and ``eager_us`` >= 0; no round median
+    below the time the problem's matrix products take at the GPU's peak rate
+    (:func:`~flashrepro_harness.gate.plausible.check_floor`). Numbers are floats or ints of
+    magnitude at most :data:`MAX_INT`.
 
     Raises:
         ResultsError: the first rule broken, with ``label`` (the file) in the message.
@@ -166,6 +169,7 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
                        f"{rec[field]!r}")
     if not seen:
         refuse("'records' is empty")
+    check_floor(data, refuse)
     return data
 
 

@@ -1,0 +1,94 @@
+"""The fastest time a GPU could take for a record's problem: its matrix products at the GPU's
+peak dense fp16 tensor-core rate, nothing else. A round median below that floor was measured by
+a broken timer (an event pair around no work, a launch that never ran) or was not measured,
+and :func:`check_floor` refuses the results (exit 4) before the gate compares anything.
+
+The floor only catches the impossible: real kernels reach at most about three quarters of the
+peak, so a results file whose times are too low by less than that passes here and is judged
+as usual.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NoReturn
+
+from flashrepro_harness.results import REFERENCE_PREFIX
+
+DENSE_FLOPS_PER_CLOCK_PER_SM = {"8.0": 2048, "8.6": 1024, "8.7": 1024, "8.9": 1024,
+                                "9.0": 4096, "10.0": 8192, "10.3": 8192, "12.0": 1024}
+"""Dense fp16 tensor-core FLOPs per clock per SM, by compute capability (fp16 accumulation where
+it is faster), from NVIDIA's peak figures: A100 312 TFLOP/s at 108 SMs and 1410 MHz; RTX 4090
+330 TFLOP/s at 128 SMs and 2520 MHz; H100 SXM 989 TFLOP/s at 132 SMs and 1830 MHz; B200 about
+2250 TFLOP/s at 148 SMs."""
+UNKNOWN_FLOPS_PER_CLOCK_PER_SM = 16384
+"""For a capability not in the table: twice the largest entry."""
+CLOCK_CEILING_MHZ = 3000
+"""The SM clock assumed where the results do not record the GPU's maximum (no GPU ships one
+this fast)."""
+CEILING_FLOPS = 1e16
+"""The rate assumed where the results do not record the SM count: 10 PFLOP/s dense fp16,
+above any single GPU's."""
+NON_CAUSAL = " (non-causal)"
+"""The suffix of a record timed without the causal mask (``bench.reproduce``)."""
+
+
+def peak_flops(gpu: dict[str, Any] | None) -> float:
+    """Dense fp16 tensor FLOP/s that ``gpu`` (a results file's ``env.gpu``) cannot exceed: SM
+    count x maximum SM clock x :data:`DENSE_FLOPS_PER_CLOCK_PER_SM`; a generous stand-in for
+    each fact it lacks."""
+    sms = (gpu or {}).get("sm_count")
+    if not isinstance(sms, int) or isinstance(sms, bool) or sms < 1:
+        return CEILING_FLOPS
+    clock = gpu.get("max_sm_clock_mhz") if gpu else None
+    if not isinstance(clock, (int, float)) or isinstance(clock, bool) or not clock > 0:
+        clock = CLOCK_CEILING_MHZ
+    per_sm = DENSE_FLOPS_PER_CLOCK_PER_SM.get(str(gpu.get("capability")),
+                                              UNKNOWN_FLOPS_PER_CLOCK_PER_SM)
+    return sms * min(clock, CLOCK_CEILING_MHZ) * 1e6 * per_sm
+
+
+def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
+    """(query, key) pairs each batch and head computes at least: every pair, or under the
+    causal mask the fewer of its two alignments' (top-left: key j <= query i; bottom-right:
+    j <= i + L_k - L_q), so the floor holds whichever a kernel uses."""
+    if not causal:
+        return seqlen_q * seqlen_k
+
+    def pairs(shift: int) -> int:  # sum over i < L_q of min(L_k, max(0, i + 1 + shift))
+        lo = min(max(0, -shift), seqlen_q)  # rows before lo see no key
+        full = min(max(lo, seqlen_k - 1 - shift), seqlen_q)  # rows from here see all L_k
+        partial = (full - lo) * (lo + 1 + shift + full + shift) // 2
+        return partial + (seqlen_q - full) * seqlen_k
+
+    return min(pairs(0), pairs(seqlen_k - seqlen_q))
+
+
+def floor_us(problem: dict[str, Any], causal: bool, gpu: dict[str, Any] | None) -> float:
+    """The least time in µs ``problem`` (a results file's ``problem``, its causal flag
+    replaced by ``causal``) takes on ``gpu``: Q·Kᵀ and P·V, 4·D FLOPs per attended pair, at
+    :func:`peak_flops`."""
+    pairs = attended_pairs(problem["seqlen_q"], problem["seqlen_k"], causal)
+    flops = 4 * problem["batch"] * problem["heads"] * problem["head_dim"] * pairs
+    return flops / peak_flops(gpu) * 1e6
+
+
+def check_floor(data: dict[str, Any], refuse: Callable[[str], NoReturn]) -> None:
+    """Refuse (``refuse(rule)``) a timed record of ``data`` (a results dict whose problem and
+    records follow :func:`~flashrepro_harness.gate.inputs.check_results`' rules) with a round
+    median below :func:`floor_us` of its problem: ``(non-causal)`` records without the mask,
+    the others with the problem's."""
+    problem, gpu = data["problem"], data["env"].get("gpu")
+    floors = {causal: floor_us(problem, causal, gpu) for causal in (False, True)}
+    for rec in data["records"]:
+        rounds = rec.get("round_medians_us")
+        if not rounds:
+            continue
+        name = rec["name"].removeprefix(REFERENCE_PREFIX)
+        floor = floors[problem["causal"] and NON_CAUSAL not in name]
+        fastest = min(rounds)
+        if fastest < floor:
+            refuse(f"record {rec['name']!r} has a round median of {fastest:.4g} µs, below "
+                   f"{floor:.4g} µs, the time its matrix products take at the GPU's peak "
+                   f"dense fp16 rate ({peak_flops(gpu) / 1e12:.0f} TFLOP/s: "
+                   "gate.plausible.peak_flops): a timer that measured no work")
