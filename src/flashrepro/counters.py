@@ -84,6 +84,8 @@ def _stream_buffer(cache: dict[tuple[int, int], torch.Tensor], device: torch.dev
     stream's work. In a CUDA-graph capture and off a GPU: a fresh ``make(count)``."""
     if device.type != "cuda" or _capturing(device):
         return make(count, dtype=dtype, device=device)
+    if device.index is None:  # torch.device("cuda"): the current GPU's
+        device = torch.device("cuda", torch.cuda.current_device())
     key = (device.index, torch._C._cuda_getCurrentRawStream(device.index))
     buffer = cache.get(key)
     if buffer is not None and buffer.numel() >= count:
