@@ -278,6 +278,10 @@ def _non_utf8(path: Path, data: dict[str, Any]) -> None:
     pytest.param(lambda p, d: p.write_text("5"), id="top-level-5"),
     pytest.param(lambda p, d: p.write_text("null"), id="top-level-null"),
     pytest.param(lambda p, d: _write(p, {**d, "records": [1]}), id="records-[1]"),
+    pytest.param(lambda p, d: _write(p, {**d, "problem": {**d["problem"], "batch": 10**300}}),
+                 id="batch-10^300"),
+    pytest.param(lambda p, d: p.write_text(json.dumps(d).replace(
+        '"batch": 2', '"batch": ' + "9" * 5000)), id="int-of-5000-digits"),
     pytest.param(lambda p, d: _write(p, {**d, "records": [
         {**r, "host_us": None} if r["name"] == "flashrepro" else r for r in d["records"]]}),
         id="host_us-null"),
@@ -329,6 +333,20 @@ def test_the_time_floor_is_the_problem_s_matrix_products_at_the_gpu_s_peak() -> 
     fastest = min(min(r["round_medians_us"]) for r in data["records"]
                   if "round_medians_us" in r)
     assert plausible.floor_us(prob, True, gpu) < fastest / 3
+
+
+@pytest.mark.parametrize("facts", [
+    {"sm_count": 10**306}, {"sm_count": 132.0}, {"sm_count": True}, {"sm_count": 0},
+    {"max_sm_clock_mhz": 10**400}, {"max_sm_clock_mhz": 1.0}, {"max_sm_clock_mhz": float("nan")},
+    {"capability": [9, 0]}], ids=str)
+def test_odd_gpu_facts_give_a_finite_floor_no_higher_than_the_true_ones(facts: dict) -> None:
+    """GPU facts past what any GPU has, of another type, or absurd (a clock of 1 MHz, which
+    would raise the floor above real times) fall back to the generous stand-ins, so the floor
+    stays finite and never rises; none raises (an int past 2^53 overflowed a float)."""
+    data = json.loads(COMMITTED.read_text())
+    gpu, prob = data["env"]["gpu"], data["problem"]
+    floor = plausible.floor_us(prob, True, {**gpu, **facts})
+    assert math.isfinite(floor) and 0 < floor <= plausible.floor_us(prob, True, gpu)
 
 
 def test_attended_pairs_are_the_fewer_of_the_causal_alignments() -> None:

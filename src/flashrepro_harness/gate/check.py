@@ -18,7 +18,8 @@ import numpy as np
 
 from flashrepro_harness.gate import baseline as bl
 from flashrepro_harness.gate import host
-from flashrepro_harness.gate.inputs import check_results, is_number
+from flashrepro_harness.gate.inputs import check_results
+from flashrepro_harness.gate.numbers import is_number
 from flashrepro_harness.gate.refusals import (
     BaselineError,
     ExitCode,

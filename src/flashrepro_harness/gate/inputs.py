@@ -9,6 +9,7 @@ import stat
 from pathlib import Path
 from typing import Any, NoReturn
 
+from flashrepro_harness.gate.numbers import MAX_INT, is_number
 from flashrepro_harness.gate.plausible import check_floor
 from flashrepro_harness.gate.refusals import BaselineError, Refused, ResultsError
 from flashrepro_harness.gate.stats import MAX_ROUNDS
@@ -24,18 +25,6 @@ PROBLEM_TYPES = {"batch": int, "heads": int, "seqlen_q": int, "seqlen_k": int, "
 
 def _kind(value: Any) -> str:
     return "null" if value is None else type(value).__name__
-
-
-MAX_INT = 2**53
-"""Largest magnitude of an int the gate reads as a number: it is used as a float64 (exact up to
-2^53), and a longer one overflows the conversion."""
-
-
-def is_number(value: Any) -> bool:
-    """An int of magnitude at most :data:`MAX_INT`, or a float (a bool is neither here)."""
-    if isinstance(value, bool):
-        return False
-    return isinstance(value, float) or (isinstance(value, int) and abs(value) <= MAX_INT)
 
 
 def read_json(path: Path, label: str, error: type[Refused] = ResultsError) -> Any:
@@ -65,7 +54,7 @@ def read_json(path: Path, label: str, error: type[Refused] = ResultsError) -> An
         raise error(f"{label}: not UTF-8 text (byte {exc.start}: {exc.reason})") from exc
     try:
         return json.loads(text)
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # JSONDecodeError, or an int past Python's digit limit
         raise error(f"{label}: not JSON ({exc})") from exc
     except RecursionError as exc:
         raise error(f"{label}: JSON nested too deeply to read") from exc
@@ -89,9 +78,9 @@ def _check_problem(problem: dict[str, Any], refuse: Any) -> None:
     for field, kind in PROBLEM_TYPES.items():
         value = problem.get(field)
         if not isinstance(value, kind) or (kind is int and (isinstance(value, bool)
-                                                            or value < 1)):
-            refuse(f"'problem.{field}' must be {'an int >= 1' if kind is int else kind.__name__}"
-                   f", got {value!r}")
+                                                            or not 1 <= value <= MAX_INT)):
+            rule = "an int in [1, 2^53]" if kind is int else kind.__name__
+            refuse(f"'problem.{field}' must be {rule}, got {value!r}")
 
 
 def check_results(data: Any, label: str) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, NoReturn
 
+from flashrepro_harness.gate.numbers import MAX_INT, is_number
 from flashrepro_harness.results import REFERENCE_PREFIX
 
 DENSE_FLOPS_PER_CLOCK_PER_SM = {"8.0": 2048, "8.6": 1024, "8.7": 1024, "8.9": 1024,
@@ -23,9 +24,11 @@ it is faster), from NVIDIA's peak figures: A100 312 TFLOP/s at 108 SMs and 1410 
 2250 TFLOP/s at 148 SMs."""
 UNKNOWN_FLOPS_PER_CLOCK_PER_SM = 16384
 """For a capability not in the table: twice the largest entry."""
-CLOCK_CEILING_MHZ = 3000
-"""The SM clock assumed where the results do not record the GPU's maximum (no GPU ships one
-this fast)."""
+CLOCK_CEILING_MHZ = 3500
+"""The SM clock assumed where the results do not record the GPU's maximum, or record one below
+:data:`MIN_CLOCK_MHZ` (no GPU ships one this fast)."""
+MIN_CLOCK_MHZ = 100
+"""A recorded maximum SM clock below this is no GPU's: the stand-in is used instead."""
 CEILING_FLOPS = 1e16
 """The rate assumed where the results do not record the SM count: 10 PFLOP/s dense fp16,
 above any single GPU's."""
@@ -38,14 +41,15 @@ def peak_flops(gpu: dict[str, Any] | None) -> float:
     count x maximum SM clock x :data:`DENSE_FLOPS_PER_CLOCK_PER_SM`; a generous stand-in for
     each fact it lacks."""
     sms = (gpu or {}).get("sm_count")
-    if not isinstance(sms, int) or isinstance(sms, bool) or sms < 1:
+    if not (isinstance(sms, int) and is_number(sms) and sms >= 1):
         return CEILING_FLOPS
-    clock = gpu.get("max_sm_clock_mhz") if gpu else None
-    if not isinstance(clock, (int, float)) or isinstance(clock, bool) or not clock > 0:
+    assert gpu is not None
+    clock = gpu.get("max_sm_clock_mhz")
+    if not (is_number(clock) and MIN_CLOCK_MHZ <= clock <= MAX_INT):  # NaN fails too
         clock = CLOCK_CEILING_MHZ
     per_sm = DENSE_FLOPS_PER_CLOCK_PER_SM.get(str(gpu.get("capability")),
                                               UNKNOWN_FLOPS_PER_CLOCK_PER_SM)
-    return sms * min(clock, CLOCK_CEILING_MHZ) * 1e6 * per_sm
+    return sms * float(clock) * 1e6 * per_sm
 
 
 def attended_pairs(seqlen_q: int, seqlen_k: int, causal: bool) -> int:
