@@ -75,6 +75,85 @@ def test_capture_records_the_l2_size(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
     monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91900)
-    monkeypatch.setattr(env, "nvml_clocks", lambda index: {})
+    monkeypatch.setattr(env, "nvml_clocks", lambda: {})
     gpu = env.capture()["gpu"]
     assert gpu["l2_bytes"] == 60 * 2**20 and gpu["sm_count"] == 132
+
+
+class _FakeNvml:
+    """pynvml's calls that :func:`env.nvml_clocks` makes, over GPUs given as {bus id: max SM
+    clock}, in NVML's (PCI) order."""
+
+    class NVMLError(Exception):
+        pass
+
+    NVML_CLOCK_SM, NVML_CLOCK_MEM, NVML_TEMPERATURE_GPU = 0, 1, 0
+
+    def __init__(self, gpus: dict[str, int]) -> None:
+        self.gpus = gpus
+
+    def nvmlInit(self) -> None:
+        pass
+
+    def nvmlShutdown(self) -> None:
+        pass
+
+    def nvmlDeviceGetCount(self) -> int:
+        return len(self.gpus)
+
+    def nvmlDeviceGetHandleByIndex(self, index: int) -> str:
+        return list(self.gpus)[index]
+
+    def nvmlDeviceGetHandleByPciBusId(self, bus_id: str) -> str:
+        if bus_id not in self.gpus:
+            raise self.NVMLError("not found")
+        return bus_id
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return "580.159.04"
+
+    def nvmlDeviceGetClockInfo(self, handle: str, kind: int) -> int:
+        return 345
+
+    def nvmlDeviceGetMaxClockInfo(self, handle: str, kind: int) -> int:
+        return self.gpus[handle]
+
+    def nvmlDeviceGetTemperature(self, handle: str, kind: int) -> int:
+        return 30
+
+    def nvmlDeviceGetEnforcedPowerLimit(self, handle: str) -> int:
+        return 700_000
+
+
+@pytest.mark.parametrize(("gpus", "bus_id", "clock"), [
+    ({"00000000:1B:00.0": 1410, "00000000:3B:00.0": 1980}, "00000000:3B:00.0", 1980),
+    ({"00000000:1B:00.0": 1410, "00000000:3B:00.0": 1980}, None, None),
+    ({"00000000:3B:00.0": 1980}, None, 1980),
+    ({"00000000:3B:00.0": 1980}, "00000000:99:00.0", 1980),
+], ids=["by-bus-id", "two-gpus-no-bus-id", "one-gpu", "one-gpu-unknown-bus-id"])
+def test_nvml_clocks_are_the_timed_gpu_s(monkeypatch: pytest.MonkeyPatch, gpus: dict,
+                                         bus_id: str | None, clock: int | None) -> None:
+    """With CUDA_VISIBLE_DEVICES=1 torch's cuda:0 is NVML's GPU 1: its clocks are found by
+    the PCI bus id torch reports; without one, on a host of several GPUs, none are recorded
+    (NVML's GPU 0, possibly another card, would be recorded as the timed one)."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNvml(gpus))
+    monkeypatch.setattr(env, "_pci_bus_id", lambda: bus_id)
+    got = env.nvml_clocks()
+    assert got.get("max_sm_clock_mhz") == clock
+    assert (got == {}) is (clock is None)
+
+
+def test_pci_bus_id_is_nvml_s_spelling(monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    import torch
+
+    props = types.SimpleNamespace(pci_domain_id=0, pci_bus_id=0x3B, pci_device_id=0)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: props)
+    assert env._pci_bus_id() == "00000000:3B:00.0"
+    monkeypatch.setattr(torch.cuda, "get_device_properties",
+                        lambda index: types.SimpleNamespace())
+    assert env._pci_bus_id() is None

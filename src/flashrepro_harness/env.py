@@ -48,10 +48,12 @@ def gpu_key(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 
-def nvml_clocks(index: int = 0) -> dict[str, Any]:
-    """Current SM and memory clocks (MHz), driver version and temperature (°C) via NVML.
+def nvml_clocks() -> dict[str, Any]:
+    """Current SM and memory clocks (MHz), maximum SM clock, driver version, temperature (°C)
+    and power limit via NVML, of the GPU that is torch's ``cuda:0`` (:func:`_nvml_handle`).
 
-    Returns an empty dict when NVML (``nvidia-ml-py``) or a GPU is not available.
+    Returns an empty dict when NVML (``nvidia-ml-py``) or a GPU is not available, or when that
+    GPU cannot be told apart among several.
     """
     try:
         import pynvml
@@ -59,19 +61,55 @@ def nvml_clocks(index: int = 0) -> dict[str, Any]:
         return {}
     try:
         pynvml.nvmlInit()
-        h = pynvml.nvmlDeviceGetHandleByIndex(index)
-        info = {
-            "driver": pynvml.nvmlSystemGetDriverVersion(),
-            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-            "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
-            "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
-            "temperature_c": pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU),
-            "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
-        }
-        pynvml.nvmlShutdown()
+        try:
+            h = _nvml_handle(pynvml)
+            if h is None:
+                return {}
+            info = {
+                "driver": pynvml.nvmlSystemGetDriverVersion(),
+                "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "mem_clock_mhz": pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM),
+                "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(h, pynvml.NVML_CLOCK_SM),
+                "temperature_c": pynvml.nvmlDeviceGetTemperature(h,
+                                                                 pynvml.NVML_TEMPERATURE_GPU),
+                "power_limit_w": pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000,
+            }
+        finally:
+            pynvml.nvmlShutdown()
     except pynvml.NVMLError:
         return {}
     return {k: (v.decode() if isinstance(v, bytes) else v) for k, v in info.items()}
+
+
+def _nvml_handle(pynvml: Any) -> Any:
+    """NVML's handle of torch's ``cuda:0``: NVML numbers every GPU of the host in PCI order,
+    CUDA only those ``CUDA_VISIBLE_DEVICES`` shows, in its own order, so NVML's GPU 0 may be
+    another card. Found by the PCI bus id torch reports; else NVML's GPU 0 where NVML sees one
+    GPU alone; else None (the clocks of another card would be recorded as the timed one's)."""
+    bus_id = _pci_bus_id()
+    if bus_id is not None:
+        try:
+            return pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
+        except pynvml.NVMLError:
+            pass
+    if pynvml.nvmlDeviceGetCount() == 1:
+        return pynvml.nvmlDeviceGetHandleByIndex(0)
+    return None
+
+
+def _pci_bus_id() -> str | None:
+    """``cuda:0``'s PCI address as NVML spells it (``00000000:3B:00.0``), from torch's device
+    properties; None without a GPU or where torch does not report it."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(0)
+    parts = [getattr(props, f"pci_{field}_id", None) for field in ("domain", "bus", "device")]
+    if not all(isinstance(part, int) for part in parts):
+        return None
+    domain, bus, device = parts
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
 
 
 def _version(distribution: str) -> str | None:
@@ -127,7 +165,7 @@ def capture() -> dict[str, Any]:
             "sm_count": props.multi_processor_count,
             "l2_bytes": props.L2_cache_size,  # the kernels' head groups follow it
             "memory_gib": round(props.total_memory / 2**30, 1),
-            **nvml_clocks(0),
+            **nvml_clocks(),
         }
     return env
 
