@@ -531,3 +531,24 @@ def test_an_out_folder_that_is_a_file_is_refused_before_any_work(
         cli_main([command, "--out", str(blocker)])
     assert exc.value.code == 2
     assert "--out" in (err := capsys.readouterr().err) and "not a folder" in err
+
+
+@pytest.mark.parametrize(("missing", "argv"), [
+    ("scipy", ["gate", "--results", "reproduce/results/nvidia-h200/reproduce.json"]),
+    ("tabulate", ["readme", "--check"]),
+])
+def test_a_missing_extra_is_named_with_its_install_line(missing: str, argv: list[str]) -> None:
+    """``pip install .`` installs the kernels' dependencies alone and still creates the
+    ``flashrepro`` script: a command whose module is missing names the extra, exit 2. It was
+    a ModuleNotFoundError traceback, exit 1, which a CI script reads as the gate's
+    regression."""
+    code = (f"import sys; sys.modules[{missing!r}] = None\n"  # import raises ModuleNotFoundError
+            "from flashrepro_harness.cli import main\n"
+            f"sys.exit(main({argv!r}))")
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(repo / "src")},
+                          timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'flashrepro[harness]'" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -81,9 +81,26 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+EXTRAS = {"tabulate": "harness", "tqdm": "harness", "scipy": "harness",
+          "matplotlib": "plot", "transformers": "models"}
+"""Third-party modules the commands import -> the pyproject extra that installs them
+(``pip install .`` installs the kernels' dependencies alone)."""
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parse(argv)
-    return int(importlib.import_module(args.module).run(args))
+    """Run the subcommand ``argv`` names; its exit code. A module of an extra that is not
+    installed is named with the extra to install, exit 2 (never 1, the gate's regression)."""
+    try:
+        args = parse(argv)
+        return int(importlib.import_module(args.module).run(args))
+    except ModuleNotFoundError as exc:
+        extra = EXTRAS.get((exc.name or "").partition(".")[0])
+        if extra is None:
+            raise
+        print(f"flashrepro: {exc.name} is not installed; it comes with flashrepro's {extra!r} "
+              f"extra: pip install 'flashrepro[{extra}]' (from a clone: pip install "
+              f"'.[{extra}]')", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -106,16 +106,19 @@ def sass(results: dict[str, Any]) -> str:
 def setup(results: dict[str, Any]) -> str:
     """One line: the GPU, driver, versions, date and commit of the run, and its gate verdict
     (with the reference commit it was paired with, "the same commit (A/A)" when it is the
-    run's own)."""
+    run's own, or that the reference's commit was not recorded)."""
     env = results["env"]
     gpu = env.get("gpu") or {}
     gate = results.get("gate") or {}
     verdict = (f", gate {gate['status'].upper()} (exit {gate['exit_code']})"
                if "status" in gate else "")
-    ref = (results.get("reference") or {}).get("commit")
+    reference = results.get("reference") or {}
+    ref = reference.get("commit")
     if verdict and ref:  # a reference of the run's own commit can only pass: say so
         verdict += (" paired with the same commit (A/A)" if ref == env.get("git_commit")
                     else f" paired with {ref}")
+    elif verdict and reference.get("src"):  # a copy without .git: say what is unknown
+        verdict += " paired with a reference checkout of unrecorded commit"
     fa4 = f", FA4 {env['flash_attn_4']}" if env.get("flash_attn_4") else ""
     host = (env.get("cpu") or {}).get("model")
     fa4 += f", host CPU {host}" if host else ""  # host µs hold for this CPU
