@@ -552,3 +552,18 @@ def test_a_missing_extra_is_named_with_its_install_line(missing: str, argv: list
     assert proc.returncode == 2, proc.stderr
     assert "pip install 'flashrepro[harness]'" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_broken_submodule_is_not_called_a_missing_extra() -> None:
+    """A submodule missing from an installed package is a broken install, which pip's
+    `install 'flashrepro[harness]'` would call satisfied: it stays a traceback."""
+    code = ("import sys; sys.modules['scipy.stats._stats_py'] = None\n"
+            "from flashrepro_harness.cli import main\n"
+            "sys.exit(main(['gate', '--results', "
+            "'reproduce/results/nvidia-h200/reproduce.json']))")
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code], cwd=repo, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(repo / "src")},
+                          timeout=120)
+    assert proc.returncode == 1 and "pip install" not in proc.stderr
+    assert "ModuleNotFoundError" in proc.stderr

@@ -157,3 +157,30 @@ def test_pci_bus_id_is_nvml_s_spelling(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda index: types.SimpleNamespace())
     assert env._pci_bus_id() is None
+
+
+def test_nvml_clocks_survive_a_pynvml_that_takes_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An older pynvml passes the bus id to ctypes as is and raises TypeError for a str: the
+    GPU is then found as where no bus id is known (one GPU: NVML's first)."""
+    import sys
+
+    fake = _FakeNvml({"00000000:3B:00.0": 1980})
+
+    def bytes_only(bus_id: object) -> str:
+        raise TypeError("bytes or integer address expected instead of str instance")
+
+    fake.nvmlDeviceGetHandleByPciBusId = bytes_only  # type: ignore[method-assign]
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(env, "_pci_bus_id", lambda: "00000000:3B:00.0")
+    assert env.nvml_clocks()["max_sm_clock_mhz"] == 1980
+
+
+def test_pci_bus_id_of_a_gpu_cuda_cannot_open_is_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    def broken(index: int) -> None:
+        raise RuntimeError("CUDA error: unknown error")
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", broken)
+    assert env._pci_bus_id() is None

@@ -223,11 +223,17 @@ def test_case5_a_loose_threshold_option_is_refused(good: dict[str, Any], tmp_pat
     assert "--threshold must be in [0, 0.1]" in capsys.readouterr().err
 
 
-def test_case5_results_of_another_problem_are_refused(good: dict[str, Any],
-                                                      tmp_path: Path) -> None:
+@pytest.mark.parametrize("field, value", [("seqlen", 512), ("seqlen", 16384), ("batch", 64)])
+def test_case5_results_of_another_problem_are_refused(good: dict[str, Any], tmp_path: Path,
+                                                      field: str, value: int) -> None:
     """A pull request that edits article.toml times another problem, whose baseline key has
-    no baseline: the judge compares it with its own article problem instead (exit 6)."""
-    good["problem"]["seqlen_q"] = good["problem"]["seqlen_k"] = 512
+    no baseline: the judge compares it with its own article problem instead (exit 6). Also a
+    larger one, whose committed times sit below its time floor: the problem is refused as
+    another problem, not the times as a broken timer (exit 4)."""
+    if field == "seqlen":
+        good["problem"]["seqlen_q"] = good["problem"]["seqlen_k"] = value
+    else:
+        good["problem"][field] = value
     _slow(good, "flashrepro", 3.0)
     _slow(good, "reference:flashrepro", 3.0)
     assert _gate(_write(tmp_path / "r.json", good)) == 6
@@ -280,6 +286,10 @@ def _non_utf8(path: Path, data: dict[str, Any]) -> None:
     pytest.param(lambda p, d: _write(p, {**d, "records": [1]}), id="records-[1]"),
     pytest.param(lambda p, d: _write(p, {**d, "problem": {**d["problem"], "batch": 10**300}}),
                  id="batch-10^300"),
+    pytest.param(lambda p, d: _write(p, {**d, "reference": {**d["reference"], "commit": 5}}),
+                 id="reference-commit-5"),
+    pytest.param(lambda p, d: _write(p, {**d, "reference": {**d["reference"], "src": [1]}}),
+                 id="reference-src-list"),
     pytest.param(lambda p, d: p.write_text(json.dumps(d).replace(
         '"batch": 2', '"batch": ' + "9" * 5000)), id="int-of-5000-digits"),
     pytest.param(lambda p, d: _write(p, {**d, "records": [

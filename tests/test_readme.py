@@ -67,13 +67,15 @@ def test_the_setup_line_names_gpu_versions_and_commit() -> None:
 
 
 def test_the_setup_line_names_the_reference_of_a_paired_verdict() -> None:
-    """A PASS paired with a reference says which: its commit, A/A, or that the commit was not
-    recorded (a copy without .git), rather than nothing."""
+    """A PASS paired with a reference says which: its commit, A/A (the reference's commit is
+    recorded short, the run's in full), or that the commit was not recorded (a copy without
+    .git), rather than nothing."""
     gate = {"status": "pass", "exit_code": 0}
     commit = RESULTS["env"]["git_commit"]
     for reference, said in ((None, "(exit 0)."), ({"src": "/r/src", "commit": None},
                                                     "of unrecorded commit."),
                             ({"src": "/r/src", "commit": commit}, "same commit (A/A)."),
+                            ({"src": "/r/src", "commit": commit[:7]}, "same commit (A/A)."),
                             ({"src": "/r/src", "commit": "abc123"}, "paired with abc123.")):
         line = readme.setup({**RESULTS, "gate": gate, "reference": reference})
         assert line.endswith(said), line

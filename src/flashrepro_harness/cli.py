@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         args = parse(argv)
         return int(importlib.import_module(args.module).run(args))
     except ModuleNotFoundError as exc:
-        extra = EXTRAS.get((exc.name or "").partition(".")[0])
+        extra = EXTRAS.get(exc.name or "")  # a submodule missing is a broken install
         if extra is None:
             raise
         print(f"flashrepro: {exc.name} is not installed; it comes with flashrepro's {extra!r} "

@@ -90,7 +90,7 @@ def _nvml_handle(pynvml: Any) -> Any:
     if bus_id is not None:
         try:
             return pynvml.nvmlDeviceGetHandleByPciBusId(bus_id)
-        except pynvml.NVMLError:
+        except (pynvml.NVMLError, TypeError):  # TypeError: a pynvml that takes bytes only
             pass
     if pynvml.nvmlDeviceGetCount() == 1:
         return pynvml.nvmlDeviceGetHandleByIndex(0)
@@ -102,9 +102,12 @@ def _pci_bus_id() -> str | None:
     properties; None without a GPU or where torch does not report it."""
     import torch
 
-    if not torch.cuda.is_available():
+    try:
+        if not torch.cuda.is_available():
+            return None
+        props = torch.cuda.get_device_properties(0)
+    except RuntimeError:  # a GPU that CUDA cannot open: no bus id, the count decides
         return None
-    props = torch.cuda.get_device_properties(0)
     parts = [getattr(props, f"pci_{field}_id", None) for field in ("domain", "bus", "device")]
     if not all(isinstance(part, int) for part in parts):
         return None

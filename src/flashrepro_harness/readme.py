@@ -115,8 +115,9 @@ def setup(results: dict[str, Any]) -> str:
     reference = results.get("reference") or {}
     ref = reference.get("commit")
     if verdict and ref:  # a reference of the run's own commit can only pass: say so
-        verdict += (" paired with the same commit (A/A)" if ref == env.get("git_commit")
-                    else f" paired with {ref}")
+        own = str(env.get("git_commit") or "")  # the full hash; a reference's may be short
+        same = len(ref) >= 7 and own.lower().startswith(ref.lower())
+        verdict += " paired with the same commit (A/A)" if same else f" paired with {ref}"
     elif verdict and reference.get("src"):  # a copy without .git: say what is unknown
         verdict += " paired with a reference checkout of unrecorded commit"
     fa4 = f", FA4 {env['flash_attn_4']}" if env.get("flash_attn_4") else ""

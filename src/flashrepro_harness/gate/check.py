@@ -18,7 +18,7 @@ import numpy as np
 
 from flashrepro_harness.gate import baseline as bl
 from flashrepro_harness.gate import host
-from flashrepro_harness.gate.inputs import check_results
+from flashrepro_harness.gate.inputs import check_plausible, check_results
 from flashrepro_harness.gate.numbers import is_number
 from flashrepro_harness.gate.refusals import (
     BaselineError,
@@ -440,6 +440,7 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     check_results(results, label)
     check_provenance(results, label, expect_commit, expect_reference_commit)
     _check_problem(results, label)
+    check_plausible(results, label)
     baseline_dir = Path(baseline_dir)
     if not baseline_dir.is_dir():
         raise BaselineError(f"--baseline-dir {baseline_dir}: no such folder (missing or "
@@ -602,6 +603,7 @@ def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir
         name = label if len(runs) == 1 else f"{label} (run {i})"
         check_results(run, name)
         _check_problem(run, name)
+        check_plausible(run, name)
         _refuse_injected(run, name)
         failures += kernel_failures(run)
     pooled = runs[0] if len(runs) == 1 else _named(label, bl.pool, runs)

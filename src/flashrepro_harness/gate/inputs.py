@@ -91,10 +91,10 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
     fields typed), and ``records``: objects with unique non-empty names, each either
     ``skipped`` or ``failed`` (a reason) or timed: 1 to :data:`MAX_ROUNDS` round medians, each a
     finite number > 0, a numeric ``max_abs_err`` >= 0 (NaN allowed: a failed output check,
-    judged later) and, where present, finite ``host_us`` and ``eager_us`` >= 0; no round median
-    below the time the problem's matrix products take at the GPU's peak rate
-    (:func:`~flashrepro_harness.gate.plausible.check_floor`). Numbers are floats or ints of
-    magnitude at most :data:`MAX_INT`.
+    judged later) and, where present, finite ``host_us`` and ``eager_us`` >= 0; a ``reference``
+    whose ``src`` and ``commit`` are strings or null. Numbers are floats or ints of magnitude at
+    most :data:`~flashrepro_harness.gate.numbers.MAX_INT`. (Its times' floor is
+    :func:`check_plausible`, once the problem is the judge's.)
 
     Raises:
         ResultsError: the first rule broken, with ``label`` (the file) in the message.
@@ -119,6 +119,10 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
     for key in ("method", "reference", "injection", "test_hooks"):
         if key in data and not isinstance(data[key], dict):
             refuse(f"'{key}' must be an object, got {_kind(data[key])}")
+    for key in ("src", "commit"):
+        value = data.get("reference", {}).get(key)
+        if value is not None and not isinstance(value, str):
+            refuse(f"'reference.{key}' must be a string or null, got {_kind(value)}")
     if not all(isinstance(i, dict) for i in data.get("injection", {}).values()):
         refuse("'injection' must map records to objects (FLASHREPRO_INJECT_SLOWDOWN's)")
     if data["env"].get("gpu") is not None and not isinstance(data["env"]["gpu"], dict):
@@ -158,8 +162,21 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
                        f"{rec[field]!r}")
     if not seen:
         refuse("'records' is empty")
-    check_floor(data, refuse)
     return data
+
+
+def check_plausible(data: dict[str, Any], label: str) -> None:
+    """:func:`~flashrepro_harness.gate.plausible.check_floor` of a checked results dict
+    (:func:`check_results`), run once its problem is known to be the judge's (a results file
+    of another problem is refused as such, exit 6, not for its times).
+
+    Raises:
+        ResultsError: a round median below the floor, with ``label`` in the message.
+    """
+    def refuse(rule: str) -> NoReturn:
+        raise ResultsError(f"{label}: {rule}")
+
+    check_floor(data, refuse)
 
 
 def check_baseline(data: Any, path: Path) -> dict[str, Any]:

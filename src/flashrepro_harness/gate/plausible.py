@@ -16,19 +16,21 @@ from typing import Any, NoReturn
 from flashrepro_harness.gate.numbers import MAX_INT, is_number
 from flashrepro_harness.results import REFERENCE_PREFIX
 
-DENSE_FLOPS_PER_CLOCK_PER_SM = {"8.0": 2048, "8.6": 1024, "8.7": 1024, "8.9": 1024,
+DENSE_FLOPS_PER_CLOCK_PER_SM = {"8.0": 2048, "8.6": 1024, "8.7": 2048, "8.9": 1024,
                                 "9.0": 4096, "10.0": 8192, "10.3": 8192, "12.0": 1024}
 """Dense fp16 tensor-core FLOPs per clock per SM, by compute capability (fp16 accumulation where
-it is faster), from NVIDIA's peak figures: A100 312 TFLOP/s at 108 SMs and 1410 MHz; RTX 4090
-330 TFLOP/s at 128 SMs and 2520 MHz; H100 SXM 989 TFLOP/s at 132 SMs and 1830 MHz; B200 about
-2250 TFLOP/s at 148 SMs."""
+it is faster), from NVIDIA's peak figures: A100 312 TFLOP/s at 108 SMs and 1410 MHz; Jetson AGX Orin
+(GA10B, an A100-class SM) about 42 TFLOP/s at 16 SMs and 1300 MHz; RTX 4090 330 TFLOP/s at 128
+SMs and 2520 MHz; H100 SXM 989 TFLOP/s at 132 SMs and 1830 MHz; B200 about 2250 TFLOP/s at 148
+SMs."""
 UNKNOWN_FLOPS_PER_CLOCK_PER_SM = 16384
 """For a capability not in the table: twice the largest entry."""
 CLOCK_CEILING_MHZ = 3500
 """The SM clock assumed where the results do not record the GPU's maximum, or record one below
 :data:`MIN_CLOCK_MHZ` (no GPU ships one this fast)."""
-MIN_CLOCK_MHZ = 100
-"""A recorded maximum SM clock below this is no GPU's: the stand-in is used instead."""
+MIN_CLOCK_MHZ = 500
+"""A recorded maximum SM clock below this is no GPU's (the lowest, a Jetson's, is about 600
+MHz): the stand-in is used instead."""
 CEILING_FLOPS = 1e16
 """The rate assumed where the results do not record the SM count: 10 PFLOP/s dense fp16,
 above any single GPU's."""
