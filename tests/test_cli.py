@@ -567,3 +567,22 @@ def test_a_broken_submodule_is_not_called_a_missing_extra() -> None:
                           timeout=120)
     assert proc.returncode == 1 and "pip install" not in proc.stderr
     assert "ModuleNotFoundError" in proc.stderr
+
+
+def test_a_merge_without_matplotlib_is_refused_before_reading() -> None:
+    """``model --merge`` (and bench and model's measurements, after the GPU check) draw
+    their plot last: without matplotlib they are refused first, naming the 'plot' extra,
+    instead of failing after the work with the tables written and no plot."""
+    code = ("import importlib.util, sys\n"  # matplotlib not found
+            "find = importlib.util.find_spec\n"
+            "importlib.util.find_spec = lambda name, *a: (None if name == 'matplotlib'\n"
+            "                                             else find(name, *a))\n"
+            "from flashrepro_harness.cli import main\n"
+            "sys.exit(main(['model', '--generate', '--merge', 'no-such.json', "
+            "'--out', sys.argv[1]]))")
+    repo = Path(__file__).resolve().parents[1]
+    proc = subprocess.run([sys.executable, "-c", code, str(repo / "no-such-out")], cwd=repo,
+                          capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(repo / "src")}, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert "pip install 'flashrepro[plot]'" in proc.stderr

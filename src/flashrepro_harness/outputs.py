@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import tempfile
 from collections.abc import Iterator
@@ -125,3 +126,11 @@ def write_text(option: str, path: Path, text: str) -> None:
     except OSError as exc:
         raise OutputError(f"{option} {path}: cannot write: "
                           f"{exc.strerror or exc}") from exc
+
+
+def require_plotting() -> None:
+    """Before any work of a command that draws its plot last (bench, model): where matplotlib
+    is not installed, raise the ModuleNotFoundError its import would raise at the end, after
+    the measurement; ``flashrepro`` names the extra that installs it (``cli.EXTRAS``)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")

@@ -10,7 +10,7 @@ import torch
 
 from flashrepro_harness import env
 from flashrepro_harness.bench import sweep
-from flashrepro_harness.outputs import output_dir
+from flashrepro_harness.outputs import output_dir, require_plotting
 from flashrepro_harness.problem import add_grid_arguments
 from flashrepro_harness.results import results_dir
 
@@ -33,6 +33,7 @@ def run(args: argparse.Namespace) -> int:
     if not torch.cuda.is_available():
         print("bench: the sweep needs a CUDA GPU (torch sees none)")
         return 1 if env.require_gpu() else 0
+    require_plotting()
     environment = env.capture()
     results = sweep.sweep(environment, args.lengths, args.head_dims, args.dtypes, args.tokens,
                           args.rounds, args.calls)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from flashrepro_harness import env
-from flashrepro_harness.outputs import output_dir
+from flashrepro_harness.outputs import output_dir, require_plotting
 from flashrepro_harness.qwen3 import IMPLS, MODES, REFERENCE
 from flashrepro_harness.qwen3.generate_tables import GEN_IMPLS, GEN_MODES
 from flashrepro_harness.results import results_dir
@@ -113,6 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from flashrepro_harness.qwen3 import build, measure, tables
 
     if args.merge:
+        require_plotting()
         try:
             merged = tables.merge(_read_parts(args.merge), names=[str(p) for p in args.merge])
         except ValueError as exc:
@@ -134,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     refused, transformers_version = _gpu_and_transformers()
     if refused is not None:
         return refused
+    require_plotting()
     environment = env.capture()
     environment["transformers"] = transformers_version
     impls = list(args.impls)
@@ -234,6 +236,7 @@ def run_generate(args: argparse.Namespace) -> int:
     from flashrepro_harness.qwen3 import generate_tables
 
     if args.merge:
+        require_plotting()
         try:
             merged = generate_tables.merge(_read_parts(args.merge),
                                            names=[str(p) for p in args.merge])
@@ -254,6 +257,7 @@ def run_generate(args: argparse.Namespace) -> int:
     refused, transformers_version = _gpu_and_transformers()
     if refused is not None:
         return refused
+    require_plotting()
     from flashrepro_harness.qwen3 import build, generate, measure
 
     started = time.perf_counter()
