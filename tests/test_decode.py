@@ -108,6 +108,30 @@ def test_interpreter_full_cache(h: int, h_kv: int, lq: int, causal: bool,
 
 
 @pytest.mark.interpreter
+@pytest.mark.parametrize("num_splits", [3, launch_varlen.MERGE_BLOCK_S + 4])
+def test_interpreter_every_split_has_keys(num_splits: int) -> None:
+    """Splits that each hold key blocks of the longest sequence (the cases above fit in one or
+    two blocks, so most of their splits are empty), and more splits than the merge combines at
+    a time (MERGE_BLOCK_S: the rescale that carries one group of parts into the next runs only
+    then). A kernel whose later splits do no work, or whose merge drops that rescale, passes
+    the cases above and fails here."""
+    check_every_split(num_splits, 4, 2, 16, torch.float16, torch.device("cpu"))
+
+
+def check_every_split(num_splits: int, h: int, h_kv: int, d: int, dtype: torch.dtype,
+                      device: torch.device) -> None:
+    """:func:`check_kvcache` at Lq = 1 with two key blocks of the longest sequence a split
+    (the last block ragged), a second sequence shorter by a block and more."""
+    q = torch.empty(2, h, 1, d, dtype=dtype, device=device)
+    k = torch.empty(2, h_kv, 1, d, dtype=dtype, device=device)
+    block_n = launch_varlen._decode_shape(q, k).config.block_n
+    l_max = block_n * (2 * num_splits) - 5
+    seqused = [l_max, l_max - block_n - 37]
+    q, k, v = make_cache(2, h, h_kv, 1, l_max, d, dtype, device, seqused)
+    check_kvcache(q, k, v, seqused, causal=True, num_splits=num_splits)
+
+
+@pytest.mark.interpreter
 @pytest.mark.parametrize("num_splits", [1, 4])
 def test_interpreter_strided_inputs_and_out(num_splits: int) -> None:
     """Caches as (B, L, H_kv, D) buffers seen transposed (a sequence-major cache), q a
@@ -462,6 +486,15 @@ def test_gpu_parity(h: int, h_kv: int, d: int, lq: int, causal: bool, dtype: tor
     seqused = random_lengths(6, 1000, generator)
     q, k, v = make_cache(6, h, h_kv, lq, 1000, d, dtype, torch.device("cuda"), seqused)
     check_kvcache(q, k, v, seqused, causal=causal, num_splits=num_splits)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=["fp16", "bf16"])
+@pytest.mark.parametrize("num_splits", [3, launch_varlen.MERGE_BLOCK_S + 4])
+def test_gpu_every_split_has_keys(num_splits: int, dtype: torch.dtype) -> None:
+    """:func:`test_interpreter_every_split_has_keys` at Qwen3's GQA 16/8, D = 128 (the GPU
+    cases' automatic split counts stay at or below MERGE_BLOCK_S on 132 SMs)."""
+    check_every_split(num_splits, 16, 8, 128, dtype, torch.device("cuda"))
 
 
 @pytest.mark.gpu

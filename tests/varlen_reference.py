@@ -120,16 +120,21 @@ def assert_parity(o: torch.Tensor, lse: torch.Tensor | None, ref: torch.Tensor,
 
 @contextlib.contextmanager
 def poisoned_allocations() -> Iterator[None]:
-    """Inside: every floating-point ``torch.empty`` is filled with NaN, so an output or
-    partial-result element that a kernel never writes shows up as NaN."""
-    empty = torch.empty
+    """Inside: every floating-point ``torch.empty`` and ``Tensor.new_empty`` (the launchers'
+    outputs and LSE on their fast paths) is filled with NaN, so an output or partial-result
+    element that a kernel never writes shows up as NaN."""
+    empty, new_empty = torch.empty, torch.Tensor.new_empty
 
     def poisoned(*args, **kwargs):
         t = empty(*args, **kwargs)
         return t.fill_(float("nan")) if t.is_floating_point() else t
 
-    torch.empty = poisoned
+    def poisoned_new(self, *args, **kwargs):
+        t = new_empty(self, *args, **kwargs)
+        return t.fill_(float("nan")) if t.is_floating_point() else t
+
+    torch.empty, torch.Tensor.new_empty = poisoned, poisoned_new
     try:
         yield
     finally:
-        torch.empty = empty
+        torch.empty, torch.Tensor.new_empty = empty, new_empty
