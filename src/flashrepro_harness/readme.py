@@ -18,14 +18,14 @@ from tabulate import tabulate
 
 from flashrepro_harness.paths import checkout_path
 from flashrepro_harness.qwen3.tables import gpu_busy, ratio_round_ranges
-from flashrepro_harness.results import REFERENCE_PREFIX
+from flashrepro_harness.results import MMA_SYNC, NON_CAUSAL, REFERENCE_PREFIX, same_commit
 
 README = checkout_path("README.md")
 RESULTS = checkout_path("reproduce", "results", "nvidia-h200", "reproduce.json")
 MODEL_RESULTS = RESULTS.with_name("model.json")
-MODES = {"": "causal", " (non-causal)": "non-causal", " (mma.sync)": "mma.sync, causal"}
-"""Record-name suffix -> the column group it fills (bench.reproduce's NON_CAUSAL and the
-mma.sync child's suffix)."""
+MODES = {"": "causal", NON_CAUSAL: "non-causal", MMA_SYNC: "mma.sync, causal"}
+"""Record-name suffix (:data:`flashrepro_harness.results.SUFFIXES`) -> the column group it
+fills."""
 OPTIONAL = {"host_us": "host µs", "eager_us": "eager µs"}
 SASS_CLASSES = ("HMMA", "LDSM", "LDSM.MT")
 SASS_TARGET = "sm_80"
@@ -115,8 +115,8 @@ def setup(results: dict[str, Any]) -> str:
     reference = results.get("reference") or {}
     ref = reference.get("commit")
     if verdict and ref:  # a reference of the run's own commit can only pass: say so
-        own = str(env.get("git_commit") or "")  # the full hash; a reference's may be short
-        same = len(ref) >= 7 and own.lower().startswith(ref.lower())
+        own = env.get("git_commit")  # the full hash; a reference's may be short
+        same = isinstance(own, str) and same_commit(ref, own)
         verdict += " paired with the same commit (A/A)" if same else f" paired with {ref}"
     elif verdict and reference.get("src"):  # a copy without .git: say what is unknown
         verdict += " paired with a reference checkout of unrecorded commit"

@@ -18,7 +18,8 @@ PRODUCT_RECORDS = ("flashrepro", "flashrepro-article-config", "article-kernel",
                    "flashrepro-p-in-registers")
 """This project's rows: the gate judges them, and one that cannot run fails, never skips (any row
 named ``flashrepro...`` too: :func:`is_product`)."""
-SUFFIXES = (" (non-causal)", " (mma.sync)")
+NON_CAUSAL, MMA_SYNC = " (non-causal)", " (mma.sync)"
+SUFFIXES = (NON_CAUSAL, MMA_SYNC)
 """Record-name suffixes: the article problem without its mask, and the DISABLE_MMA_V3=1 child."""
 OUTPUT_TOLERANCE = {"float16": 5e-3, "bfloat16": 4e-2}
 """Largest max |o - ref| over every element a timed row may have on the article problem, per
@@ -79,3 +80,12 @@ def results_dir(out: Path | None, gpu_key: str) -> Path:
     if os.environ.get("FLASHREPRO_RESULTS_DIR"):
         return Path(os.environ["FLASHREPRO_RESULTS_DIR"])
     return RESULTS_DIR / gpu_key
+
+
+def same_commit(recorded: object, expected: str) -> bool:
+    """Whether a recorded commit names ``expected``: one a prefix of the other, each at least 7
+    hex digits (the image records the full hash, a summary a short one)."""
+    if not isinstance(recorded, str) or len(recorded) < 7:
+        return False
+    a, b = recorded.lower(), expected.lower()
+    return a.startswith(b) or b.startswith(a)

@@ -55,6 +55,8 @@ from flashrepro_harness.problem import Problem, load_article
 from flashrepro_harness.report import reproduce_markdown, reproduce_table, write_summary
 from flashrepro_harness.results import (
     COMPLETE,
+    MMA_SYNC,
+    NON_CAUSAL,
     OUTPUT_TOLERANCE,
     RESULTS_SCHEMA,
     output_tolerance,
@@ -62,8 +64,6 @@ from flashrepro_harness.results import (
 )
 
 SCHEMA = RESULTS_SCHEMA
-NON_CAUSAL = " (non-causal)"
-"""Suffix of the records timed on the article problem without its causal mask."""
 KERNELS = [*K.FLASHREPRO, *K.TORCH_BACKENDS, *peers.PEERS]
 """The rows of the main table (and of its non-causal twin)."""
 OUTPUTS = ("reproduce.json", "reproduce.md", "summary.md")
@@ -280,7 +280,7 @@ def run(args: argparse.Namespace, needs_timings: bool = False) -> Outcome | int:
                   file=sys.stderr)
     if args.child_json is not None:  # the mma.sync child: flashrepro rows + torch flash only
         names = [*K.FLASHREPRO, K.P_IN_REGISTERS, "torch-flash"]
-        records = measure(problem, names, args.rounds, args.calls, suffix=" (mma.sync)",
+        records = measure(problem, names, args.rounds, args.calls, suffix=MMA_SYNC,
                           reference=reference, wrong_output=wrong_output)
         write_atomic(args.child_json, json.dumps(records))
         return 0

@@ -18,8 +18,9 @@ import numpy as np
 
 from flashrepro_harness.gate import baseline as bl
 from flashrepro_harness.gate import host
-from flashrepro_harness.gate.inputs import check_plausible, check_results
+from flashrepro_harness.gate.inputs import check_results
 from flashrepro_harness.gate.numbers import is_number
+from flashrepro_harness.gate.plausible import check_floor
 from flashrepro_harness.gate.refusals import (
     BaselineError,
     ExitCode,
@@ -42,14 +43,20 @@ from flashrepro_harness.gate.stats import (
 )
 from flashrepro_harness.paths import ARTICLE_TOML
 from flashrepro_harness.problem import load_article
-from flashrepro_harness.results import REFERENCE_PREFIX, is_product, output_tolerance
+from flashrepro_harness.results import (
+    NON_CAUSAL,
+    REFERENCE_PREFIX,
+    is_product,
+    output_tolerance,
+    same_commit,
+)
 
 __all__ = ["ExitCode", "Settings", "Verdict", "check", "check_provenance", "kernel_failures",
            "update_baseline"]
 
 FEW_ROUNDS = 20
 """Below this many rounds the gate warns that only large slowdowns can be caught."""
-REQUIRED_ROWS = tuple(f"{name}{suffix}" for suffix in ("", " (non-causal)")
+REQUIRED_ROWS = tuple(f"{name}{suffix}" for suffix in ("", NON_CAUSAL)
                       for name in ("flashrepro", "flashrepro-article-config", "article-kernel"))
 """The flashrepro rows every ``reproduce`` run of a causal problem times on any GPU (the
 ``(non-causal)`` ones only there: :func:`required_rows`): a run judged without a baseline
@@ -61,7 +68,7 @@ def required_rows(problem: dict[str, Any]) -> tuple[str, ...]:
     causal one (``bench.reproduce``)."""
     if problem.get("causal"):
         return REQUIRED_ROWS
-    return tuple(n for n in REQUIRED_ROWS if not n.endswith(" (non-causal)"))
+    return tuple(n for n in REQUIRED_ROWS if not n.endswith(NON_CAUSAL))
 
 
 @dataclass(frozen=True)
@@ -231,15 +238,6 @@ def _check_problem(results: dict[str, Any], label: str) -> None:
                               f"{', '.join(diff)}; only that problem is judged")
 
 
-def _same_commit(recorded: object, expected: str) -> bool:
-    """Whether a recorded commit names ``expected``: one a prefix of the other, each at least 7
-    hex digits (the image records the full hash, a summary a short one)."""
-    if not isinstance(recorded, str) or len(recorded) < 7:
-        return False
-    a, b = recorded.lower(), expected.lower()
-    return a.startswith(b) or b.startswith(a)
-
-
 def check_provenance(results: dict[str, Any], label: str, commit: str | None,
                      reference_commit: str | None) -> None:
     """Refuse results that do not come from the commits the job measured: ``env.git_commit``
@@ -253,7 +251,7 @@ def check_provenance(results: dict[str, Any], label: str, commit: str | None,
     """
     if commit is not None:
         got = results["env"].get("git_commit")
-        if not _same_commit(got, commit):
+        if not same_commit(got, commit):
             raise ResultsError(f"{label}: the results come from commit {got!r}, the job "
                                f"measured {commit}: a stale or copied results file is not "
                                "judged (--expect-commit)")
@@ -262,7 +260,7 @@ def check_provenance(results: dict[str, Any], label: str, commit: str | None,
         if ref.get("error"):  # it did not load: nothing is paired, the baseline judges (warned)
             return
         got = ref.get("commit")
-        if not _same_commit(got, reference_commit):
+        if not same_commit(got, reference_commit):
             raise ResultsError(f"{label}: the results' paired reference is commit {got!r}, "
                                f"the job's reference is {reference_commit} "
                                "(--expect-reference-commit)")
@@ -440,7 +438,7 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     check_results(results, label)
     check_provenance(results, label, expect_commit, expect_reference_commit)
     _check_problem(results, label)
-    check_plausible(results, label)
+    check_floor(results, label)
     baseline_dir = Path(baseline_dir)
     if not baseline_dir.is_dir():
         raise BaselineError(f"--baseline-dir {baseline_dir}: no such folder (missing or "
@@ -603,7 +601,7 @@ def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir
         name = label if len(runs) == 1 else f"{label} (run {i})"
         check_results(run, name)
         _check_problem(run, name)
-        check_plausible(run, name)
+        check_floor(run, name)
         _refuse_injected(run, name)
         failures += kernel_failures(run)
     pooled = runs[0] if len(runs) == 1 else _named(label, bl.pool, runs)

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from flashrepro_harness.gate.numbers import MAX_INT, is_number
-from flashrepro_harness.gate.plausible import check_floor
 from flashrepro_harness.gate.refusals import BaselineError, Refused, ResultsError
 from flashrepro_harness.gate.stats import MAX_ROUNDS
 from flashrepro_harness.results import COMPLETE, RESULTS_SCHEMA, is_product
@@ -94,7 +93,7 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
     judged later) and, where present, finite ``host_us`` and ``eager_us`` >= 0; a ``reference``
     whose ``src`` and ``commit`` are strings or null. Numbers are floats or ints of magnitude at
     most :data:`~flashrepro_harness.gate.numbers.MAX_INT`. (Its times' floor is
-    :func:`check_plausible`, once the problem is the judge's.)
+    :func:`~flashrepro_harness.gate.plausible.check_floor`, once the problem is the judge's.)
 
     Raises:
         ResultsError: the first rule broken, with ``label`` (the file) in the message.
@@ -163,20 +162,6 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
     if not seen:
         refuse("'records' is empty")
     return data
-
-
-def check_plausible(data: dict[str, Any], label: str) -> None:
-    """:func:`~flashrepro_harness.gate.plausible.check_floor` of a checked results dict
-    (:func:`check_results`), run once its problem is known to be the judge's (a results file
-    of another problem is refused as such, exit 6, not for its times).
-
-    Raises:
-        ResultsError: a round median below the floor, with ``label`` in the message.
-    """
-    def refuse(rule: str) -> NoReturn:
-        raise ResultsError(f"{label}: {rule}")
-
-    check_floor(data, refuse)
 
 
 def check_baseline(data: Any, path: Path) -> dict[str, Any]:

@@ -10,11 +10,11 @@ as usual.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import Any
 
 from flashrepro_harness.gate.numbers import MAX_INT, is_number
-from flashrepro_harness.results import REFERENCE_PREFIX
+from flashrepro_harness.gate.refusals import ResultsError
+from flashrepro_harness.results import NON_CAUSAL, REFERENCE_PREFIX
 
 DENSE_FLOPS_PER_CLOCK_PER_SM = {"8.0": 2048, "8.6": 1024, "8.7": 2048, "8.9": 1024,
                                 "9.0": 4096, "10.0": 8192, "10.3": 8192, "12.0": 1024}
@@ -34,8 +34,6 @@ MHz): the stand-in is used instead."""
 CEILING_FLOPS = 1e16
 """The rate assumed where the results do not record the SM count: 10 PFLOP/s dense fp16,
 above any single GPU's."""
-NON_CAUSAL = " (non-causal)"
-"""The suffix of a record timed without the causal mask (``bench.reproduce``)."""
 
 
 def peak_flops(gpu: dict[str, Any] | None) -> float:
@@ -79,11 +77,16 @@ def floor_us(problem: dict[str, Any], causal: bool, gpu: dict[str, Any] | None) 
     return flops / peak_flops(gpu) * 1e6
 
 
-def check_floor(data: dict[str, Any], refuse: Callable[[str], NoReturn]) -> None:
-    """Refuse (``refuse(rule)``) a timed record of ``data`` (a results dict whose problem and
-    records follow :func:`~flashrepro_harness.gate.inputs.check_results`' rules) with a round
-    median below :func:`floor_us` of its problem: ``(non-causal)`` records without the mask,
-    the others with the problem's."""
+def check_floor(data: dict[str, Any], label: str) -> None:
+    """Refuse a timed record of ``data`` (a results dict that follows
+    :func:`~flashrepro_harness.gate.inputs.check_results`' rules, of the judge's own problem:
+    another problem is refused as such, exit 6, not for its times) with a round median below
+    :func:`floor_us` of its problem: ``(non-causal)`` records without the mask, the others
+    with the problem's.
+
+    Raises:
+        ResultsError: the first such record, with ``label`` (the file) in the message.
+    """
     problem, gpu = data["problem"], data["env"].get("gpu")
     floors = {causal: floor_us(problem, causal, gpu) for causal in (False, True)}
     for rec in data["records"]:
@@ -94,7 +97,8 @@ def check_floor(data: dict[str, Any], refuse: Callable[[str], NoReturn]) -> None
         floor = floors[problem["causal"] and NON_CAUSAL not in name]
         fastest = min(rounds)
         if fastest < floor:
-            refuse(f"record {rec['name']!r} has a round median of {fastest:.4g} µs, below "
-                   f"{floor:.4g} µs, the time its matrix products take at the GPU's peak "
-                   f"dense fp16 rate ({peak_flops(gpu) / 1e12:.0f} TFLOP/s: "
-                   "gate.plausible.peak_flops): a timer that measured no work")
+            raise ResultsError(
+                f"{label}: record {rec['name']!r} has a round median of {fastest:.4g} µs, "
+                f"below {floor:.4g} µs, the time its matrix products take at the GPU's peak "
+                f"dense fp16 rate ({peak_flops(gpu) / 1e12:.0f} TFLOP/s: "
+                "gate.plausible.peak_flops): a timer that measured no work")
