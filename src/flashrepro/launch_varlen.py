@@ -32,8 +32,8 @@ from flashrepro.kernels.varlen import varlen_fwd_kernel
 from flashrepro.launch import MAX_PLANS, _gpu_facts, _mma_v3_switch
 from flashrepro.select import INT32_LIMIT, fits_int32
 from flashrepro.validation import (
+    _byte_ranges_meet,
     _check_flag,
-    byte_span,
     check_out,
     check_readable,
     forward_ad_active,
@@ -461,13 +461,6 @@ def _disjoint(out: torch.Tensor, *tensors: torch.Tensor) -> bool:
     return True
 
 
-def _apart(out: torch.Tensor, lengths: torch.Tensor) -> bool:
-    """Whether the byte span of ``out`` (4-D, not empty) misses that of ``lengths`` (1-D,
-    one length per row of ``out``'s batch: not empty either)."""
-    o0, t0 = out.data_ptr(), lengths.data_ptr()
-    return t0 >= o0 + _span4(out) or o0 >= t0 + byte_span(lengths)
-
-
 def _decode_shape(q: torch.Tensor, k: torch.Tensor, config: DecodeConfig | None = None, *,
                   num_sms: int | None = None, max_shared: int | None = None) -> _DecodeShape:
     """The packed-row tiling of a kvcache call and its launch config (``config``, else
@@ -514,7 +507,8 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                              return_lse, out, bshd)
     shape = _CHECKED_KVCACHE.get(key) if key is not None else None
     checked = shape is not None and (out is None or not out.numel() or (
-        _disjoint(out, q, k, v) and (seqused_k is None or _apart(out, seqused_k))))
+        _disjoint(out, q, k, v)
+        and (seqused_k is None or not _byte_ranges_meet(out, seqused_k))))
     if not checked:
         validate_kvcache(q, k, v, seqused_k, causal=causal, scale=scale, enable_gqa=enable_gqa,
                          num_splits=num_splits, return_lse=return_lse)

@@ -215,15 +215,14 @@ def _read_parts(paths: list[str]) -> list[Any]:
 
 
 def _merge_out(out: Path | None, merged: dict[str, Any]) -> Path | None:
-    """The merged table's folder, made; None (the reason printed) where it cannot be."""
+    """The merged table's folder (``--out``, else the merged GPU's results folder), made;
+    None (the reason printed) where it cannot be written (:func:`output_dir`'s rule)."""
     out_dir = results_dir(out, merged["env"]["gpu"]["key"])
     try:
+        output_dir(str(out_dir))
         out_dir.mkdir(parents=True, exist_ok=True)
-        probe = out_dir / ".write-test"
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        print(f"model: --out {out_dir}: cannot write there: {exc.strerror or exc}",
+    except (argparse.ArgumentTypeError, OSError) as exc:
+        print(f"model: --out {out_dir}: {getattr(exc, 'strerror', None) or exc}",
               file=sys.stderr)
         return None
     return out_dir
