@@ -484,6 +484,24 @@ def _decode_shape(q: torch.Tensor, k: torch.Tensor, config: DecodeConfig | None 
                         limits)
 
 
+def _plan_key(splits: int, l_max: int, kst: tuple[int, ...], vst: tuple[int, ...],
+              q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out_aligned: bool,
+              seqused_k: torch.Tensor | None) -> tuple[Any, ...]:
+    """A :class:`_DecodePlan`'s key within its signature: the split count, what Triton
+    specializes of L_max and k's strides ``kst`` (int_class: below 2^31, 1, a multiple of 16;
+    all are ints in [0, 2^63)), whether v's strides ``vst`` equal them, each tensor's 16-byte
+    alignment (the output's is ``out_aligned``) and seqused_k's layout (the kernel gets a
+    contiguous copy of a strided one). Unrolled: a decode step calls this once per layer."""
+    s0, s1, s2, s3 = kst
+    return (splits, l_max < INT32_LIMIT, l_max == 1, l_max % 16 == 0,
+            s0 < INT32_LIMIT, s0 == 1, s0 % 16 == 0, s1 < INT32_LIMIT, s1 == 1,
+            s1 % 16 == 0, s2 < INT32_LIMIT, s2 == 1, s2 % 16 == 0, s3 < INT32_LIMIT,
+            s3 == 1, s3 % 16 == 0, kst == vst,
+            q.data_ptr() & 15 == 0, k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0,
+            out_aligned, None if seqused_k is None else (
+                seqused_k.is_contiguous(), seqused_k.data_ptr() & 15 == 0))
+
+
 def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                     seqused_k: torch.Tensor | None, *, causal: bool, scale: float | None,
                     enable_gqa: bool, num_splits: int | None, return_lse: bool,
@@ -545,18 +563,9 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     kst = k.stride()
     plan_key = None
     if key is not None and config is None:
-        # Unrolled (a decode step calls this once per layer): what Triton specializes of
-        # L_max and k's strides (int_class: below 2^31, 1, a multiple of 16; all are ints
-        # in [0, 2^63)) and of each tensor (16-byte alignment); seqused_k's layout too (the
-        # kernel gets a contiguous copy of a strided one).
-        s0, s1, s2, s3 = kst
-        plan_key = (splits, l_max < INT32_LIMIT, l_max == 1, l_max % 16 == 0,
-                    s0 < INT32_LIMIT, s0 == 1, s0 % 16 == 0, s1 < INT32_LIMIT, s1 == 1,
-                    s1 % 16 == 0, s2 < INT32_LIMIT, s2 == 1, s2 % 16 == 0, s3 < INT32_LIMIT,
-                    s3 == 1, s3 % 16 == 0, kst == v.stride(),
-                    q.data_ptr() & 15 == 0, k.data_ptr() & 15 == 0, v.data_ptr() & 15 == 0,
-                    result.data_ptr() & 15 == 0, None if seqused_k is None else (
-                        seqused_k.is_contiguous(), seqused_k.data_ptr() & 15 == 0))
+        s2, s3 = kst[2], kst[3]
+        plan_key = _plan_key(splits, l_max, kst, v.stride(), q, k, v,
+                             result.data_ptr() & 15 == 0, seqused_k)
         plan = shape.plans.get(plan_key)
         # fits_int32(k, (2, block_n), (3, block_d)), unrolled
         if plan is not None and (l_max <= 1 or s2 >= INT32_LIMIT

@@ -146,6 +146,8 @@ def capture() -> dict[str, Any]:
     import torch
     import triton
 
+    from flashrepro import native
+
     env: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": _git_commit(),
@@ -156,6 +158,8 @@ def capture() -> dict[str, Any]:
         "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
         "image_digest": os.environ.get("FLASHREPRO_IMAGE_DIGEST"),
         "flash_attn_4": _version("flash-attn-4"),  # the fa4-cute peer (extra fa4), or None
+        # the decode plan hit launched from C++ (flashrepro.native), switched on
+        "native_decode": os.environ.get(native.SWITCH) == "1",
         "cpu": cpu(),
         "gpu": None,
     }

@@ -57,7 +57,7 @@ from transformers.masking_utils import (
 from transformers.utils.import_utils import is_cuda_stream_capturing, is_tracing
 
 import flashrepro
-from flashrepro import launch, launch_varlen, ops
+from flashrepro import launch, launch_varlen, native, ops
 from flashrepro.api import needs_operator
 from flashrepro.integrations.key_spans import (
     KVCACHE_MAX_LQ,
@@ -346,10 +346,17 @@ def _kvcache(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     if needs_operator(query, key, value, used):
         return flashrepro.attention_kvcache(query, key, value, used, causal=causal, scale=scale,
                                             enable_gqa=True).transpose(1, 2)
+    fast = native.registry() if used is None else None
+    if fast is not None:  # a DynamicCache's decode: a plan hit launched from C++
+        o = fast.decode(query, key, value, causal, scale)
+        if o is not None:
+            return o
     # its eager call, the output born (B, L_q, H, D): no transpose copy, no out= checks
     o, _ = launch_varlen.kvcache_forward(query, key, value, used, causal=causal, scale=scale,
                                          enable_gqa=True, num_splits=None, return_lse=False,
                                          bshd=True)
+    if fast is not None:
+        native.remember(query, key, value, causal, scale)
     return o
 
 

@@ -1,0 +1,403 @@
+// A decode call's plan hit without Python: flashrepro.native's C++ half.
+//
+// A DecodeRegistry holds what Python's kvcache_forward fixed for a checked call: its
+// signature (launch_varlen._kvcache_signature, narrowed to the DynamicCache decode of
+// transformers: seqused_k, out and the LSE absent, output (B, Lq, H, D)) and, per split count
+// and Triton specialization of the caches' strides and length, the compiled decode kernel with
+// its packed arguments. A call that matches an entry in every fact Python's plan hit checks
+// launches here: the checks, the output's allocation, the argument packing and
+// cuLaunchKernelEx, with no Python frame. Anything else returns None and Python takes the call
+// (its full checks name every refusal), then registers the plan it made.
+//
+// Rules mirrored from Python, each named where it lives there:
+// - the signature's tensor facts: exact torch.Tensor, strided, not negated, not a ZeroTensor,
+//   no grad needed, no forward-mode tangent (_kvcache_signature);
+// - Triton 3.6's specialization of an int (direct.int_class: int32 range, == 1, % 16 == 0)
+//   and of a pointer (16-byte alignment);
+// - the int32 tile offsets (launch_varlen.kvcache_forward's fits_int32 unrolled);
+// - the split count (_DecodeShape.splits);
+// - Triton's launch (its CUDA launcher's _launch: grid, 32 * num_warps threads, PDL and
+//   cooperative attributes, the two scratch pointers last, null without scratch);
+// - Triton's launch hooks: a registered enter or exit hook (Proton) sends the call to Python.
+#include <torch/extension.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <array>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+constexpr int64_t kInt32Limit = int64_t{1} << 31;
+constexpr int kMaxSlots = 64;
+
+// Triton 3.6's specialization of a non-constexpr int, as flashrepro.direct.int_class.
+int int_class(int64_t v) {
+  return (v >= -kInt32Limit && v < kInt32Limit) + 4 * (v == 1) + 8 * (v % 16 == 0);
+}
+
+using LaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
+using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
+using ErrorString = CUresult (*)(CUresult, const char**);
+
+struct Driver {
+  LaunchEx launch = nullptr;
+  IsCapturing capturing = nullptr;
+  ErrorString error = nullptr;
+};
+
+const Driver& driver() {
+  static const Driver d = [] {
+    Driver out;
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    if (lib == nullptr) lib = dlopen("libcuda.so.1", RTLD_NOW);
+    if (lib != nullptr) {
+      out.launch = reinterpret_cast<LaunchEx>(dlsym(lib, "cuLaunchKernelEx"));
+      out.capturing = reinterpret_cast<IsCapturing>(dlsym(lib, "cuStreamIsCapturing"));
+      out.error = reinterpret_cast<ErrorString>(dlsym(lib, "cuGetErrorString"));
+    }
+    return out;
+  }();
+  return d;
+}
+
+// Where a kernel parameter's per-call value comes from (Python's plan tail holds the rest).
+enum Source : int {
+  kQ = 0, kK, kV, kO,          // tensor addresses (the LSE and seqused_k slots take q's)
+  kParts, kLocks,              // the stream's split buffers
+  kStrideK0, kStrideK1, kStrideK2, kStrideK3,
+  kMaxSeqlenK,
+  kSources
+};
+
+struct Patch {
+  int slot;    // the parameter's 8-byte slot
+  int source;  // Source
+  int width;   // 4 or 8 bytes
+};
+
+struct Plan {
+  // match: the split count, the specialization of k's strides and L_max, and the alignments
+  int64_t splits = 0;
+  std::array<int, 5> classes{};  // int_class of L_max, then of k's four strides
+  std::array<bool, 4> aligned{};  // q, k, v, o: 16-byte aligned
+  // launch
+  CUfunction function = nullptr;
+  std::array<unsigned, 3> grid{};
+  unsigned threads = 0, shared = 0;
+  bool pdl = false, cooperative = false;
+  int slots = 0;
+  std::array<uint64_t, kMaxSlots> packed{};  // every parameter, this call's values patched in
+  std::vector<Patch> patches;
+  int64_t block_n = 0, block_d = 0;
+  CUstream stream = nullptr;  // the split buffers' stream (none without splits)
+  at::Tensor parts, locks;    // held: Python's stream cache may replace its buffers
+  py::object owner;           // what keeps the compiled kernel (its CUfunction) alive
+};
+
+struct Entry {
+  // the signature
+  at::ScalarType dtype;
+  int device;
+  std::array<int64_t, 4> q_sizes, q_strides;
+  std::array<int64_t, 3> k_dims, v_dims;  // B, H_kv, D of k and of v
+  bool causal;
+  bool has_scale;
+  double scale;
+  std::optional<std::string> mma_switch;  // DISABLE_MMA_V3 when registered
+  // _DecodeShape.splits
+  std::array<int64_t, 2> split_limits;
+  int64_t long_cache_keys;
+  int64_t block_n;
+  std::vector<Plan> plans;
+};
+
+std::optional<std::string> mma_switch() {
+  const char* value = std::getenv("DISABLE_MMA_V3");
+  return value == nullptr ? std::nullopt : std::optional<std::string>(value);
+}
+
+// A plain torch.Tensor the signature accepts, or nullptr.
+const at::Tensor* plain(PyObject* obj) {
+  if (!THPVariable_CheckExact(obj)) return nullptr;
+  const at::Tensor& t = THPVariable_Unpack(obj);
+  if (!t.defined() || t.layout() != at::kStrided || !t.is_cuda() || t.is_neg()
+      || t._is_zerotensor() || t.dim() != 4)
+    return nullptr;
+  if (t.requires_grad() && at::GradMode::is_enabled()) return nullptr;
+  if (t._fw_grad(/*level=*/0).defined()) return nullptr;
+  return &t;
+}
+
+bool aligned16(const at::Tensor& t) {
+  return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0;
+}
+
+class DecodeRegistry {
+ public:
+  explicit DecodeRegistry(py::object runtime_knobs) : knobs_(std::move(runtime_knobs)) {}
+
+  // The output (B, Lq, H, D) of a plan hit, launched on the current stream; None otherwise.
+  py::object decode(py::handle q_obj, py::handle k_obj, py::handle v_obj, bool causal,
+                    py::handle scale) {
+    if (entries_.empty() || !hooks_idle()) return py::none();
+    const at::Tensor* qp = plain(q_obj.ptr());
+    const at::Tensor* kp = plain(k_obj.ptr());
+    const at::Tensor* vp = plain(v_obj.ptr());
+    if (qp == nullptr || kp == nullptr || vp == nullptr) return py::none();
+    const at::Tensor &q = *qp, &k = *kp, &v = *vp;
+    bool has_scale = !scale.is_none();
+    double scale_value = 0.0;
+    if (has_scale) {
+      if (!PyFloat_CheckExact(scale.ptr())) return py::none();
+      scale_value = PyFloat_AS_DOUBLE(scale.ptr());
+    }
+    Entry* entry = find(q, k, v, causal, has_scale, scale_value);
+    if (entry == nullptr) return py::none();
+    int64_t l_max = k.size(2);
+    if (l_max < 1 || v.size(2) != l_max || k.strides() != v.strides()) return py::none();
+    auto ks = k.strides();
+    int64_t limit = entry->split_limits[l_max >= entry->long_cache_keys];
+    int64_t splits = limit == 1 ? 1 : std::min(limit, (l_max + entry->block_n - 1) /
+                                                      entry->block_n);
+    std::array<int, 5> classes{int_class(l_max), int_class(ks[0]), int_class(ks[1]),
+                               int_class(ks[2]), int_class(ks[3])};
+    Plan* plan = nullptr;
+    for (Plan& p : entry->plans) {
+      if (p.splits == splits && p.classes == classes && p.aligned[0] == aligned16(q)
+          && p.aligned[1] == aligned16(k) && p.aligned[2] == aligned16(v)) {
+        plan = &p;
+        break;
+      }
+    }
+    if (plan == nullptr) return py::none();
+    // the kernel's int32 tile offsets (a stride of 2^31 or more was specialized as int64)
+    if (!(l_max <= 1 || ks[2] >= kInt32Limit || ks[2] * plan->block_n < kInt32Limit)
+        || !(q.size(3) <= 1 || ks[3] >= kInt32Limit || ks[3] * plan->block_d < kInt32Limit))
+      return py::none();
+    int device = q.get_device();
+    const auto* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+    if (guard->getDevice().index() != device) return py::none();  // Triton's current GPU
+    auto stream = static_cast<CUstream>(
+        guard->getStreamNativeHandle(guard->getStream(c10::Device(c10::DeviceType::CUDA,
+                                                                  device))));
+    const Driver& drv = driver();
+    if (drv.launch == nullptr || drv.capturing == nullptr) return py::none();
+    CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
+    if (drv.capturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
+      return py::none();  // a capture takes fresh split buffers (counters.stream_buffers)
+    if (plan->splits > 1 && stream != plan->stream) return py::none();
+    at::Tensor o = at::empty({q.size(0), q.size(2), q.size(1), q.size(3)}, q.options());
+    if (aligned16(o) != plan->aligned[3]) return py::none();  // a custom allocator's
+    std::array<uint64_t, kMaxSlots> packed = plan->packed;
+    std::array<uint64_t, kSources> values{};
+    values[kQ] = reinterpret_cast<uintptr_t>(q.data_ptr());
+    values[kK] = reinterpret_cast<uintptr_t>(k.data_ptr());
+    values[kV] = reinterpret_cast<uintptr_t>(v.data_ptr());
+    values[kO] = reinterpret_cast<uintptr_t>(o.data_ptr());
+    values[kParts] = plan->parts.defined() ? reinterpret_cast<uintptr_t>(plan->parts.data_ptr())
+                                           : values[kQ];
+    values[kLocks] = plan->locks.defined() ? reinterpret_cast<uintptr_t>(plan->locks.data_ptr())
+                                           : values[kQ];
+    for (int i = 0; i < 4; ++i) values[kStrideK0 + i] = static_cast<uint64_t>(ks[i]);
+    values[kMaxSeqlenK] = static_cast<uint64_t>(l_max);
+    for (const Patch& p : plan->patches) {
+      if (p.width == 4) {
+        auto narrow = static_cast<uint32_t>(values[p.source]);
+        std::memcpy(&packed[p.slot], &narrow, 4);
+      } else {
+        packed[p.slot] = values[p.source];
+      }
+    }
+    std::array<void*, kMaxSlots> params{};
+    for (int i = 0; i < plan->slots; ++i) params[i] = &packed[i];
+    CUlaunchAttribute attrs[2];
+    unsigned count = 0;
+    if (plan->pdl) {
+      attrs[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attrs[count++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (plan->cooperative) {
+      attrs[count].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[count++].value.cooperative = 1;
+    }
+    CUlaunchConfig config{};
+    config.gridDimX = plan->grid[0];
+    config.gridDimY = plan->grid[1];
+    config.gridDimZ = plan->grid[2];
+    config.blockDimX = plan->threads;
+    config.blockDimY = 1;
+    config.blockDimZ = 1;
+    config.sharedMemBytes = plan->shared;
+    config.hStream = stream;
+    config.attrs = attrs;
+    config.numAttrs = count;
+    CUresult status = drv.launch(&config, plan->function, params.data(), nullptr);
+    if (status != CUDA_SUCCESS) {
+      const char* text = "unknown error";
+      if (drv.error != nullptr) drv.error(status, &text);
+      throw std::runtime_error(std::string("flashrepro decode launch: ") + text);
+    }
+    ++launches_;
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(o)));
+  }
+
+  // Register a plan Python made for a call of these tensors (see decode's rules).
+  void add(py::handle q_obj, py::handle k_obj, py::handle v_obj, bool causal,
+           py::handle scale, std::array<int64_t, 2> split_limits, int64_t long_cache_keys,
+           int64_t block_n, int64_t block_d, int64_t splits, uintptr_t function,
+           std::array<unsigned, 3> grid, unsigned num_warps, unsigned shared, bool pdl,
+           bool cooperative, std::vector<uint64_t> packed, std::vector<std::array<int, 3>> patches,
+           uintptr_t stream, std::optional<at::Tensor> parts,
+           std::optional<at::Tensor> locks, py::object owner) {
+    const at::Tensor* qp = plain(q_obj.ptr());
+    const at::Tensor* kp = plain(k_obj.ptr());
+    const at::Tensor* vp = plain(v_obj.ptr());
+    TORCH_CHECK(qp && kp && vp, "DecodeRegistry.add: q, k, v must be plain 4-D CUDA tensors");
+    TORCH_CHECK(packed.size() <= static_cast<size_t>(kMaxSlots), "DecodeRegistry.add: ",
+                packed.size(), " parameter slots, at most ", kMaxSlots);
+    TORCH_CHECK(function != 0, "DecodeRegistry.add: the kernel has no function handle");
+    const at::Tensor &q = *qp, &k = *kp, &v = *vp;
+    bool has_scale = !scale.is_none();
+    double scale_value = has_scale ? scale.cast<double>() : 0.0;
+    Entry* entry = find(q, k, v, causal, has_scale, scale_value);
+    if (entry == nullptr) {
+      if (entries_.size() >= kMaxEntries) entries_.clear();
+      Entry e;
+      e.dtype = q.scalar_type();
+      e.device = q.get_device();
+      for (int i = 0; i < 4; ++i) {
+        e.q_sizes[i] = q.size(i);
+        e.q_strides[i] = q.stride(i);
+      }
+      e.k_dims = {k.size(0), k.size(1), k.size(3)};
+      e.v_dims = {v.size(0), v.size(1), v.size(3)};
+      e.causal = causal;
+      e.has_scale = has_scale;
+      e.scale = scale_value;
+      e.mma_switch = mma_switch();
+      e.split_limits = split_limits;
+      e.long_cache_keys = long_cache_keys;
+      e.block_n = block_n;
+      entries_.push_back(std::move(e));
+      entry = &entries_.back();
+    }
+    Plan p;
+    int64_t l_max = k.size(2);
+    auto ks = k.strides();
+    p.splits = splits;
+    p.classes = {int_class(l_max), int_class(ks[0]), int_class(ks[1]), int_class(ks[2]),
+                 int_class(ks[3])};
+    p.aligned = {aligned16(q), aligned16(k), aligned16(v), true};
+    p.function = reinterpret_cast<CUfunction>(function);
+    p.grid = grid;
+    p.threads = 32 * num_warps;
+    p.shared = shared;
+    p.pdl = pdl;
+    p.cooperative = cooperative;
+    p.slots = static_cast<int>(packed.size());
+    std::copy(packed.begin(), packed.end(), p.packed.begin());
+    for (const auto& [slot, source, width] : patches) {
+      TORCH_CHECK(slot >= 0 && slot < p.slots && source >= 0 && source < kSources
+                  && (width == 4 || width == 8), "DecodeRegistry.add: bad patch");
+      p.patches.push_back({slot, source, width});
+    }
+    p.block_n = block_n;
+    p.block_d = block_d;
+    p.stream = reinterpret_cast<CUstream>(stream);
+    if (parts) p.parts = *parts;
+    if (locks) p.locks = *locks;
+    p.owner = std::move(owner);
+    for (Plan& old : entry->plans) {  // a plan of the same match: replaced (a new stream's)
+      if (old.splits == p.splits && old.classes == p.classes && old.aligned == p.aligned) {
+        old = std::move(p);
+        return;
+      }
+    }
+    if (entry->plans.size() >= kMaxPlans) entry->plans.clear();
+    entry->plans.push_back(std::move(p));
+  }
+
+  void clear() { entries_.clear(); }
+  int64_t launches() const { return launches_; }
+  size_t plans() const {
+    size_t n = 0;
+    for (const Entry& e : entries_) n += e.plans.size();
+    return n;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 64;
+  static constexpr size_t kMaxPlans = 64;
+
+  bool hooks_idle() const {
+    for (const char* name : {"launch_enter_hook", "launch_exit_hook"}) {
+      py::object hook = knobs_.attr(name);
+      if (hook.is_none()) continue;
+      if (!py::hasattr(hook, "calls") || py::len(hook.attr("calls")) != 0) return false;
+    }
+    return true;
+  }
+
+  Entry* find(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+              bool has_scale, double scale) {
+    std::optional<std::string> mma;
+    bool mma_read = false;
+    for (Entry& e : entries_) {
+      if (e.dtype != q.scalar_type() || k.scalar_type() != e.dtype
+          || v.scalar_type() != e.dtype || e.device != q.get_device()
+          || k.get_device() != e.device || v.get_device() != e.device || e.causal != causal
+          || e.has_scale != has_scale || (has_scale && e.scale != scale))
+        continue;
+      bool same = true;
+      for (int i = 0; i < 4 && same; ++i)
+        same = q.size(i) == e.q_sizes[i] && q.stride(i) == e.q_strides[i];
+      if (!same || k.size(0) != e.k_dims[0] || k.size(1) != e.k_dims[1]
+          || k.size(3) != e.k_dims[2] || v.size(0) != e.v_dims[0] || v.size(1) != e.v_dims[1]
+          || v.size(3) != e.v_dims[2])
+        continue;
+      if (!mma_read) {
+        mma = mma_switch();
+        mma_read = true;
+      }
+      if (mma != e.mma_switch) continue;
+      return &e;
+    }
+    return nullptr;
+  }
+
+  py::object knobs_;
+  std::vector<Entry> entries_;
+  int64_t launches_ = 0;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "flashrepro's decode launch without Python per call (flashrepro.native)";
+  py::class_<DecodeRegistry>(m, "DecodeRegistry")
+      .def(py::init<py::object>())
+      .def("decode", &DecodeRegistry::decode)
+      .def("add", &DecodeRegistry::add)
+      .def("clear", &DecodeRegistry::clear)
+      .def_property_readonly("launches", &DecodeRegistry::launches)
+      .def_property_readonly("plans", &DecodeRegistry::plans);
+  m.attr("SOURCES") = py::dict(
+      py::arg("q") = static_cast<int>(kQ), py::arg("k") = static_cast<int>(kK),
+      py::arg("v") = static_cast<int>(kV), py::arg("o") = static_cast<int>(kO),
+      py::arg("parts") = static_cast<int>(kParts), py::arg("locks") = static_cast<int>(kLocks),
+      py::arg("stride_kb") = static_cast<int>(kStrideK0),
+      py::arg("stride_kh") = static_cast<int>(kStrideK1),
+      py::arg("stride_kn") = static_cast<int>(kStrideK2),
+      py::arg("stride_kd") = static_cast<int>(kStrideK3),
+      py::arg("max_seqlen_k") = static_cast<int>(kMaxSeqlenK));
+}

@@ -1,0 +1,164 @@
+"""flashrepro.native: the decode call's plan hit launched from C++ (csrc/decode_launch.cpp).
+
+On the GPU: a DynamicCache-like decode (the cache grows by a key per call) through
+transformers' attention function, every call after the first launched by the extension
+(its launch count must grow by one per call), each output against a float64 reference with
+its memory NaN-poisoned first; and the calls the extension must hand back to Python (a
+tensor that needs grad, a Triton launch hook, a CUDA-graph capture, another signature). On
+the CPU: the switch, a failed build, and the extension's parameter names against the kernel's.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from flashrepro import launch_varlen, native
+from flashrepro.integrations import transformers as fr_tf
+from tests.varlen_reference import assert_parity, kvcache_reference, kvcache_sdpa
+
+
+@pytest.fixture(scope="module")
+def registry():
+    """The built extension's registry (skips where no C++ compiler builds it)."""
+    saved = native._REGISTRY
+    with pytest.MonkeyPatch.context() as mp, warnings.catch_warnings():
+        warnings.simplefilter("error")  # a failed build: its warning, as an error
+        mp.setenv(native.SWITCH, "1")
+        native._REGISTRY = native._UNTRIED
+        try:
+            built = native.registry()
+        except RuntimeWarning as error:
+            pytest.skip(f"the extension does not build here: {error}")
+        finally:
+            native._REGISTRY = saved
+    built.clear()
+    return built
+
+
+@pytest.fixture
+def use(registry, monkeypatch):
+    """The registry, switched on for the test; emptied after it."""
+    monkeypatch.setattr(native, "_REGISTRY", registry)
+    yield registry
+    registry.clear()
+
+
+def test_switch_off_means_none(monkeypatch):
+    monkeypatch.delenv(native.SWITCH, raising=False)
+    monkeypatch.setattr(native, "_REGISTRY", native._UNTRIED)
+    assert native.registry() is None
+
+
+def test_failed_build_warns_and_falls_back(monkeypatch):
+    import torch.utils.cpp_extension as cpp
+
+    def broken(*args, **kwargs):
+        raise OSError("no compiler")
+
+    monkeypatch.setenv(native.SWITCH, "1")
+    monkeypatch.setattr(native, "_REGISTRY", native._UNTRIED)
+    monkeypatch.setattr(cpp, "load", broken)
+    with pytest.warns(RuntimeWarning, match="did not build.*no compiler"):
+        assert native.registry() is None
+
+
+def test_sources_name_kernel_parameters(registry):
+    """Every per-call source is a decode-kernel parameter or a pointer slot the registration
+    maps (a renamed parameter would otherwise be packed as its first call's value)."""
+    assert set(native._IO_SOURCES) == set(launch_varlen._PARAMS[:launch_varlen._IO])
+    scalars = set(native._SOURCES) - set(native._IO_SOURCES.values())
+    assert scalars == {"stride_kb", "stride_kh", "stride_kn", "stride_kd", "max_seqlen_k"}
+    assert scalars <= set(launch_varlen._PARAMS)
+
+
+def test_cpu_tensors_are_not_served(use):
+    q = torch.randn(1, 16, 1, 128)
+    k = v = torch.randn(1, 8, 64, 128)
+    assert use.decode(q, k, v, True, None) is None
+    with pytest.raises(RuntimeError, match="plain 4-D CUDA tensors"):
+        use.add(q, k, v, True, None, [1, 1], 4096, 64, 128, 1, 1, [1, 1, 1], 4, 0, False,
+                False, [0], [], 0, None, None, None)
+
+
+def _grow(k: torch.Tensor, v: torch.Tensor, new: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
+    """The caches after a DynamicCache step: a new tensor, ``new`` keys longer."""
+    b, h_kv, _, d = k.shape
+    return tuple(torch.cat([t, torch.randn(b, h_kv, new, d, device=t.device, dtype=t.dtype)],
+                           dim=2) for t in (k, v))
+
+
+def _poison_next(shape: tuple[int, ...], dtype: torch.dtype) -> None:
+    """NaN into the caching allocator's block that the next allocation of ``shape`` gets."""
+    torch.empty(shape, dtype=dtype, device="cuda").fill_(float("nan"))
+
+
+def _check(o: torch.Tensor, q, k, v) -> None:
+    b = q.shape[0]
+    ref, ref_lse = kvcache_reference(q, k, v, [k.shape[2]] * b, causal=True)
+    peer = kvcache_sdpa(q, k, v, [k.shape[2]] * b, causal=True)
+    assert o.shape == (b, 1, q.shape[1], q.shape[3])
+    assert_parity(o.transpose(1, 2), None, ref, ref_lse, peer)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("b", "l_start"), [(1, 1020), (16, 200), (2, 4090)])
+def test_growing_cache_launches_natively(use, dtype, b, l_start):
+    """B=1 splits the keys (the merge's stream buffers), B=16 at a short cache does not;
+    from 4090 the split count changes at 4096 keys (a new plan, registered on its miss)."""
+    q_shape = (b, 16, 1, 128)
+    k, v = (torch.randn(b, 8, l_start, 128, device="cuda", dtype=dtype) for _ in range(2))
+    served = 0
+    for step in range(10):
+        q = torch.randn(q_shape, device="cuda", dtype=dtype)
+        before = use.launches
+        _poison_next((b, 1, 16, 128), dtype)
+        with torch.inference_mode():
+            o = fr_tf._kvcache(q, k, v, None, True, None)
+        served += use.launches - before
+        assert use.launches - before <= 1
+        _check(o, q, k, v)
+        if step == 0:
+            assert use.launches == before, "the first call must take Python's path"
+        k, v = _grow(k, v)
+    assert served >= 8, f"the extension launched {served} of 9 calls after the first"
+
+
+@pytest.mark.gpu
+def test_calls_handed_back_to_python(use):
+    """The extension serves none of these calls (each returns None: Python takes it)."""
+    from triton import knobs
+
+    k, v = (torch.randn(1, 8, 300, 128, device="cuda", dtype=torch.float16) for _ in range(2))
+    q = torch.randn(1, 16, 1, 128, device="cuda", dtype=torch.float16)
+    fr_tf._kvcache(q, k, v, None, True, None)  # registers
+    assert use.decode(q, k, v, True, None) is not None
+    launches = use.launches
+    grad_q = q.clone().requires_grad_()
+    assert use.decode(grad_q, k, v, True, None) is None
+    assert use.decode(q, k, v, False, None) is None  # another signature: not causal
+    assert use.decode(q, k, v, True, 0.5) is None  # another scale
+    assert use.decode(q.double(), k, v, True, None) is None
+    assert use.decode(q[:, :, :, :64], k, v, True, None) is None
+    assert use.decode(q, k[..., :64], v[..., :64], True, None) is None
+    assert use.decode(q, k, v[:, :, :-1], True, None) is None  # lengths differ
+    assert use.decode(q, k, v.transpose(2, 3).contiguous().transpose(2, 3), True,
+                      None) is None  # strides differ
+    assert use.decode(q, k[:, :, :0], v[:, :, :0], True, None) is None  # no key
+    seen = []
+    knobs.runtime.launch_enter_hook = lambda *a: seen.append(1)
+    try:
+        assert use.decode(q, k, v, True, None) is None
+    finally:
+        knobs.runtime.launch_enter_hook = None
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream):
+        torch.cuda.synchronize()
+        with torch.cuda.graph(graph, stream=stream):
+            assert use.decode(q, k, v, True, None) is None
+    assert use.launches == launches
+    assert use.decode(q, k, v, True, None) is not None
