@@ -14,7 +14,8 @@ the wheel without extras. It shows that
    table gives 64x64 w4 s3 there, not the table's entry);
 4. ``flashrepro.attention`` on a small float16 causal problem writes every element of a
    NaN-poisoned ``out`` and is within 2x torch SDPA's max error + 1e-3 of a float64
-   reference (the parity rule of tests/reference.py, on fresh random inputs).
+   reference (the parity rule of tests/reference.py, on fresh random inputs);
+5. the wheel carries the C++ source that ``FLASHREPRO_NATIVE=1`` builds (flashrepro.native).
 
 Exit 0 and one line per check on success; an AssertionError otherwise.
 """
@@ -104,6 +105,14 @@ def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor
     return torch.softmax(s.masked_fill(~mask, -math.inf), dim=-1) @ v
 
 
+def check_native_source() -> None:
+    from flashrepro import native
+
+    assert native.SOURCE.is_file(), f"the wheel lacks {native.SOURCE}"
+    assert "PYBIND11_MODULE" in native.SOURCE.read_text()
+    print(f"native: {native.SOURCE.name} installed")
+
+
 def check_attention() -> None:
     torch.manual_seed(int.from_bytes(os.urandom(4), "little"))
     q, k, v = (torch.randn(1, 2, 48, 32, dtype=torch.float16) for _ in range(3))
@@ -124,5 +133,6 @@ if __name__ == "__main__":
     check_installed()
     check_dependencies()
     check_table()
+    check_native_source()
     check_attention()
     print("smoke_wheel: ok")
