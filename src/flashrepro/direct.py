@@ -69,6 +69,26 @@ class DirectLaunch:
         self._args: dict[tuple[int, ...], tuple[Any, ...]] = {}
         self.encodes = 0
 
+    @property
+    def compiled(self) -> CompiledKernel:
+        """The compiled kernel."""
+        return self._compiled
+
+    @property
+    def function(self) -> int:
+        """Its CUfunction handle."""
+        return self._function
+
+    @property
+    def cooperative(self) -> bool:
+        """Whether it launches as a cooperative grid."""
+        return bool(self._flags[0])
+
+    @property
+    def pdl(self) -> bool:
+        """Whether it launches with programmatic dependent launch."""
+        return bool(self._flags[1])
+
     @classmethod
     def bind(cls, compiled: CompiledKernel, io_templates: tuple[Any, ...],
              tail: list[Any]) -> DirectLaunch | None:

@@ -100,8 +100,8 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     if plan is None:
         return False
     direct = plan.decode
-    compiled = direct._compiled
-    if getattr(compiled.metadata, "num_ctas", 1) != 1 or not direct._function:
+    compiled = direct.compiled
+    if getattr(compiled.metadata, "num_ctas", 1) != 1 or not direct.function:
         return False
     parts = locks = None
     if plan.parts:
@@ -128,11 +128,10 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         else:
             return False
     packed += [0, 0]  # Triton's global and profile scratch: none (DirectLaunch.bind)
-    cooperative, pdl = direct._flags[0], direct._flags[1]
     native.add(q, k, v, causal, scale, list(shape.split_limits), LONG_CACHE_KEYS,
-               shape.config.block_n, shape.block_d, splits, direct._function, list(plan.grid),
-               compiled.metadata.num_warps, compiled.metadata.shared, bool(pdl),
-               bool(cooperative), packed, patches,
+               shape.config.block_n, shape.block_d, splits, direct.function, list(plan.grid),
+               compiled.metadata.num_warps, compiled.metadata.shared, direct.pdl,
+               direct.cooperative, packed, patches,
                torch._C._cuda_getCurrentRawStream(q.get_device()), parts, locks, direct)
     return True
 
