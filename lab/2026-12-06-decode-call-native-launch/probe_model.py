@@ -7,7 +7,7 @@ attention function wrapped by ``perf_counter`` sums and runs a decode loop of it
 1024-token prompt into a DynamicCache, ``--steps`` greedy steps). ``--rounds`` rounds per
 batch size, the variants rotated; medians, and the median of the per-round ratios to SDPA
 flash. Before timing, the two frepro paths' outputs are compared bit for bit over a decode
-of 8 steps, and the native path must have launched every call of its timed steps.
+of the timed steps' length, and the native path must have launched every call of its timed steps.
 
     PYTHONPATH=src:. python3 lab/2026-12-06-decode-call-native-launch/probe_model.py --out $OUT
 """
@@ -105,7 +105,9 @@ def main() -> None:
         logits: dict[str, list[torch.Tensor]] = {}
         for impl in IMPLS:
             logits[impl] = []
-            decode(model, impl, ids, 8, accs[impl], logits[impl])
+            # the timed steps' cache lengths, so every plan (k's strides and L_max
+            # specialized by Triton: a multiple of 16 or not) is registered before timing
+            decode(model, impl, ids, args.steps, accs[impl], logits[impl])
         same = all(torch.equal(a, b_) for a, b_ in zip(logits["frepro native"],
                                                        logits["frepro python"], strict=True))
         gap = max((a - b_).abs().max().item() for a, b_ in zip(

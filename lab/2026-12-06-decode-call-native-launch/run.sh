@@ -22,7 +22,7 @@ from flashrepro import native
 assert native.registry() is not None
 print(f'extension built in {time.perf_counter() - t:.1f} s')" 2>&1 | tee "$OUT/build.log"
   FLASHREPRO_REQUIRE_GPU=1 timeout 200 python3 -m pytest -q -p no:cacheprovider -n 8 \
-    tests/test_native.py > "$OUT/native_tests.log" 2>&1
+    tests/test_native.py tests/test_decode.py tests/test_launch_plans.py > "$OUT/native_tests.log" 2>&1
   echo "native tests rc=$? [$(($(date +%s) - start)) s]"; tail -1 "$OUT/native_tests.log"
   FLASHREPRO_NATIVE=1 FLASHREPRO_REQUIRE_GPU=1 timeout 240 python3 -m pytest -q \
     -p no:cacheprovider -n 8 -m gpu tests/test_transformers.py tests/test_transformers_lengths.py \

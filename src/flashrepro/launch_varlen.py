@@ -540,7 +540,7 @@ def kvcache_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         if key is not None and config is None and k.shape[1] and lq:
             if len(_CHECKED_KVCACHE) >= MAX_PLANS:
                 _CHECKED_KVCACHE.clear()
-            _CHECKED_KVCACHE[key] = _decode_shape(q, k)
+            shape = _CHECKED_KVCACHE[key] = _decode_shape(q, k)  # the plan below joins it
         o = result.transpose(1, 2) if bshd and out is None else result
     elif out is not None:
         o = result = out
