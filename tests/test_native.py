@@ -74,13 +74,12 @@ def test_sources_name_kernel_parameters(registry):
     assert scalars <= set(launch_varlen._PARAMS)
 
 
-def test_cpu_tensors_are_not_served(use):
+def test_add_refuses_cpu_tensors(registry):
     q = torch.randn(1, 16, 1, 128)
     k = v = torch.randn(1, 8, 64, 128)
-    assert use.decode(q, k, v, True, None) is None
     with pytest.raises(RuntimeError, match="plain 4-D CUDA tensors"):
-        use.add(q, k, v, True, None, [1, 1], 4096, 64, 128, 1, 1, [1, 1, 1], 4, 0, False,
-                False, [0], [], 0, None, None, None)
+        registry.add(q, k, v, True, None, [1, 1], 4096, 64, 128, 1, 1, [1, 1, 1], 4, 0, False,
+                     False, [0], [], 0, None, None, None)
 
 
 def _grow(k: torch.Tensor, v: torch.Tensor, new: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
@@ -93,6 +92,13 @@ def _grow(k: torch.Tensor, v: torch.Tensor, new: int = 1) -> tuple[torch.Tensor,
 def _poison_next(shape: tuple[int, ...], dtype: torch.dtype) -> None:
     """NaN into the caching allocator's block that the next allocation of ``shape`` gets."""
     torch.empty(shape, dtype=dtype, device="cuda").fill_(float("nan"))
+
+
+def _python(q, k, v) -> torch.Tensor:
+    """The Python path's output of the call the extension serves."""
+    return launch_varlen.kvcache_forward(q, k, v, None, causal=True, scale=None,
+                                         enable_gqa=True, num_splits=None, return_lse=False,
+                                         bshd=True)[0]
 
 
 def _check(o: torch.Tensor, q, k, v) -> None:
@@ -110,7 +116,8 @@ def test_growing_cache_launches_natively(use, dtype, b, l_start):
     """Two decodes over the same cache lengths: the first call takes Python's path and
     registers its plan, later ones launch natively but where Triton specializes the new
     length or strides differently (a multiple of 16 or not; from 4096 keys another split
-    count), which Python takes and registers; the second decode launches every call.
+    count), which Python takes and registers; the second decode launches every call. Each
+    native output equals the Python path's bit for bit (the same kernel and arguments).
     B=1 splits the keys (the merge's stream buffers), B=16 at a short cache does not."""
     for decode in range(2):
         k, v = (torch.randn(b, 8, l_start, 128, device="cuda", dtype=dtype) for _ in range(2))
@@ -123,6 +130,8 @@ def test_growing_cache_launches_natively(use, dtype, b, l_start):
                 o = fr_tf._kvcache(q, k, v, None, True, None)
             served += use.launches - before
             _check(o, q, k, v)
+            if use.launches > before:
+                assert torch.equal(o, _python(q, k, v)), "native and Python outputs differ"
             if decode == 0 and step == 0:
                 assert use.launches == before, "the first call must take Python's path"
             k, v = _grow(k, v)
@@ -133,37 +142,75 @@ def test_growing_cache_launches_natively(use, dtype, b, l_start):
 
 
 @pytest.mark.gpu
-def test_calls_handed_back_to_python(use):
-    """The extension serves none of these calls (each returns None: Python takes it)."""
+def test_calls_handed_back_to_python(use, monkeypatch):
+    """The extension serves none of these calls of a registered signature (each returns
+    None: Python takes it), and serves the registered call itself after each."""
+    import torch.autograd.forward_ad as fw_ad
     from triton import knobs
 
     k, v = (torch.randn(1, 8, 300, 128, device="cuda", dtype=torch.float16) for _ in range(2))
     q = torch.randn(1, 16, 1, 128, device="cuda", dtype=torch.float16)
-    fr_tf._kvcache(q, k, v, None, True, None)  # registers
+    fr_tf._kvcache(q, k, v, None, True, None)  # registers a split plan, default stream
     assert use.decode(q, k, v, True, None) is not None
     launches = use.launches
-    grad_q = q.clone().requires_grad_()
-    assert use.decode(grad_q, k, v, True, None) is None
-    assert use.decode(q, k, v, False, None) is None  # another signature: not causal
-    assert use.decode(q, k, v, True, 0.5) is None  # another scale
-    assert use.decode(q.double(), k, v, True, None) is None
-    assert use.decode(q[:, :, :, :64], k, v, True, None) is None
-    assert use.decode(q, k[..., :64], v[..., :64], True, None) is None
-    assert use.decode(q, k, v[:, :, :-1], True, None) is None  # lengths differ
-    assert use.decode(q, k, v.transpose(2, 3).contiguous().transpose(2, 3), True,
-                      None) is None  # strides differ
-    assert use.decode(q, k[:, :, :0], v[:, :, :0], True, None) is None  # no key
-    seen = []
-    knobs.runtime.launch_enter_hook = lambda *a: seen.append(1)
+
+    refused = {
+        "q needs grad": (q.clone().requires_grad_(), k, v, True, None),
+        "not causal": (q, k, v, False, None),
+        "another scale": (q, k, v, True, 0.5),
+        "an int scale": (q, k, v, True, 1),
+        "causal an int": (q, k, v, 1, None),
+        "causal None": (q, k, v, None, None),
+        "causal a string": (q, k, v, "x", None),
+        "causal a tensor": (q, k, v, torch.tensor(True), None),
+        "float64 q": (q.double(), k, v, True, None),
+        "another head dim": (q[..., :64], k[..., :64], v[..., :64], True, None),
+        "lengths differ": (q, k, v[:, :, :-1], True, None),
+        "strides differ": (q, k, v.transpose(2, 3).contiguous().transpose(2, 3), True, None),
+        "no key": (q, k[:, :, :0], v[:, :, :0], True, None),
+        "q unaligned": (torch.empty(q.numel() + 1, device="cuda", dtype=q.dtype)[1:]
+                        .view(q.shape).copy_(q), k, v, True, None),
+        "cpu tensors": (q.cpu(), k.cpu(), v.cpu(), True, None),
+        "nested k": (q, torch.nested.nested_tensor([k[0], k[0, :, :7]]), v, True, None),
+    }
+    for name, args in refused.items():
+        assert use.decode(*args) is None, name
+    monkeypatch.setenv("DISABLE_MMA_V3", "1")
+    assert use.decode(q, k, v, True, None) is None, "another DISABLE_MMA_V3"
+    monkeypatch.delenv("DISABLE_MMA_V3")
+    with fw_ad.dual_level():
+        dual = fw_ad.make_dual(q, torch.randn_like(q))
+        assert use.decode(dual, k, v, True, None) is None, "a tangent"
+    with torch.cuda.stream(torch.cuda.Stream()):
+        assert use.decode(q, k, v, True, None) is None, "a split plan on another stream"
+    hook = knobs.runtime.launch_enter_hook
+    hook.add(print)
     try:
-        assert use.decode(q, k, v, True, None) is None
+        assert use.decode(q, k, v, True, None) is None, "a launch hook (Proton's HookChain)"
     finally:
-        knobs.runtime.launch_enter_hook = None
-    stream = torch.cuda.Stream()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        torch.cuda.synchronize()
-        with torch.cuda.graph(graph, stream=stream):
-            assert use.decode(q, k, v, True, None) is None
+        hook.remove(print)
+    knobs.runtime.launch_enter_hook = print
+    try:
+        assert use.decode(q, k, v, True, None) is None, "a launch hook (a callable)"
+    finally:
+        knobs.runtime.launch_enter_hook = hook
     assert use.launches == launches
     assert use.decode(q, k, v, True, None) is not None
+
+
+@pytest.mark.gpu
+def test_capture_is_handed_back(use):
+    """A CUDA-graph capture takes Python's path (fresh split buffers, the graph's memory),
+    even on the stream of a plan without splits that the extension serves outside it."""
+    k, v = (torch.randn(16, 8, 200, 128, device="cuda", dtype=torch.float16) for _ in range(2))
+    q = torch.randn(16, 16, 1, 128, device="cuda", dtype=torch.float16)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        fr_tf._kvcache(q, k, v, None, True, None)  # registers
+        assert use.decode(q, k, v, True, None) is not None
+        stream.synchronize()
+        launches = use.launches
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            assert use.decode(q, k, v, True, None) is None
+        assert use.launches == launches

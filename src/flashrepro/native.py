@@ -25,15 +25,9 @@ from typing import Any
 
 import torch
 
+from flashrepro import launch_varlen
 from flashrepro.counters import stream_buffers
-from flashrepro.launch_varlen import (
-    _CHECKED_KVCACHE,
-    _IO,
-    _PARAMS,
-    LONG_CACHE_KEYS,
-    _kvcache_signature,
-    _plan_key,
-)
+from flashrepro.launch_varlen import _CHECKED_KVCACHE, _IO, _PARAMS, _kvcache_signature, _plan_key
 
 SWITCH = "FLASHREPRO_NATIVE"
 """The environment variable that enables the extension ("1")."""
@@ -128,7 +122,8 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         else:
             return False
     packed += [0, 0]  # Triton's global and profile scratch: none (DirectLaunch.bind)
-    native.add(q, k, v, causal, scale, list(shape.split_limits), LONG_CACHE_KEYS,
+    native.add(q, k, v, causal, scale, list(shape.split_limits),
+               launch_varlen.LONG_CACHE_KEYS,
                shape.config.block_n, shape.block_d, splits, direct.function, list(plan.grid),
                compiled.metadata.num_warps, compiled.metadata.shared, direct.pdl,
                direct.cooperative, packed, patches,

@@ -10,15 +10,19 @@
 // (its full checks name every refusal), then registers the plan it made.
 //
 // Rules mirrored from Python, each named where it lives there:
-// - the signature's tensor facts: exact torch.Tensor, strided, not negated, not a ZeroTensor,
-//   no grad needed, no forward-mode tangent (_kvcache_signature);
+// - the signature's tensor facts: exact torch.Tensor, not nested, strided, not negated, not a
+//   ZeroTensor, no grad needed, no forward-mode tangent (_kvcache_signature; an open dual level
+//   whose tensors carry no tangent launches the same kernel with the same arguments there);
+//   causal a bool, scale None or a float;
 // - Triton 3.6's specialization of an int (direct.int_class: int32 range, == 1, % 16 == 0)
 //   and of a pointer (16-byte alignment);
 // - the int32 tile offsets (launch_varlen.kvcache_forward's fits_int32 unrolled);
 // - the split count (_DecodeShape.splits);
 // - Triton's launch (its CUDA launcher's _launch: grid, 32 * num_warps threads, PDL and
 //   cooperative attributes, the two scratch pointers last, null without scratch);
-// - Triton's launch hooks: a registered enter or exit hook (Proton) sends the call to Python.
+// - Triton's launch hooks: a registered enter or exit hook (Proton) sends the call to Python;
+// - no CUDA-graph capture (counters.stream_buffers gives a capture fresh buffers), a current
+//   CUDA context, torch's current GPU the tensors' (Triton launches on the current GPU).
 #include <torch/extension.h>
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -48,11 +52,13 @@ int int_class(int64_t v) {
 using LaunchEx = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
 using IsCapturing = CUresult (*)(CUstream, CUstreamCaptureStatus*);
 using ErrorString = CUresult (*)(CUresult, const char**);
+using CurrentContext = CUresult (*)(CUcontext*);
 
 struct Driver {
   LaunchEx launch = nullptr;
   IsCapturing capturing = nullptr;
   ErrorString error = nullptr;
+  CurrentContext context = nullptr;
 };
 
 const Driver& driver() {
@@ -64,6 +70,7 @@ const Driver& driver() {
       out.launch = reinterpret_cast<LaunchEx>(dlsym(lib, "cuLaunchKernelEx"));
       out.capturing = reinterpret_cast<IsCapturing>(dlsym(lib, "cuStreamIsCapturing"));
       out.error = reinterpret_cast<ErrorString>(dlsym(lib, "cuGetErrorString"));
+      out.context = reinterpret_cast<CurrentContext>(dlsym(lib, "cuCtxGetCurrent"));
     }
     return out;
   }();
@@ -130,7 +137,7 @@ std::optional<std::string> mma_switch() {
 const at::Tensor* plain(PyObject* obj) {
   if (!THPVariable_CheckExact(obj)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(obj);
-  if (!t.defined() || t.layout() != at::kStrided || !t.is_cuda() || t.is_neg()
+  if (!t.defined() || t.is_nested() || t.layout() != at::kStrided || !t.is_cuda() || t.is_neg()
       || t._is_zerotensor() || t.dim() != 4)
     return nullptr;
   if (t.requires_grad() && at::GradMode::is_enabled()) return nullptr;
@@ -147,9 +154,12 @@ class DecodeRegistry {
   explicit DecodeRegistry(py::object runtime_knobs) : knobs_(std::move(runtime_knobs)) {}
 
   // The output (B, Lq, H, D) of a plan hit, launched on the current stream; None otherwise.
-  py::object decode(py::handle q_obj, py::handle k_obj, py::handle v_obj, bool causal,
-                    py::handle scale) {
+  // ``causal`` must be a bool and ``scale`` None or a float, as the Python signature's.
+  py::object decode(py::handle q_obj, py::handle k_obj, py::handle v_obj,
+                    py::handle causal_obj, py::handle scale) {
     if (entries_.empty() || !hooks_idle()) return py::none();
+    if (causal_obj.ptr() != Py_True && causal_obj.ptr() != Py_False) return py::none();
+    bool causal = causal_obj.ptr() == Py_True;
     const at::Tensor* qp = plain(q_obj.ptr());
     const at::Tensor* kp = plain(k_obj.ptr());
     const at::Tensor* vp = plain(v_obj.ptr());
@@ -191,7 +201,12 @@ class DecodeRegistry {
         guard->getStreamNativeHandle(guard->getStream(c10::Device(c10::DeviceType::CUDA,
                                                                   device))));
     const Driver& drv = driver();
-    if (drv.launch == nullptr || drv.capturing == nullptr) return py::none();
+    if (drv.launch == nullptr || drv.capturing == nullptr || drv.context == nullptr)
+      return py::none();
+    // no current context (a thread that made no CUDA runtime call yet): Python's path, whose
+    // Triton launcher makes the device's primary context current
+    CUcontext context = nullptr;
+    if (drv.context(&context) != CUDA_SUCCESS || context == nullptr) return py::none();
     CUstreamCaptureStatus capture = CU_STREAM_CAPTURE_STATUS_NONE;
     if (drv.capturing(stream, &capture) != CUDA_SUCCESS || capture != CU_STREAM_CAPTURE_STATUS_NONE)
       return py::none();  // a capture takes fresh split buffers (counters.stream_buffers)
@@ -266,9 +281,11 @@ class DecodeRegistry {
     TORCH_CHECK(packed.size() <= static_cast<size_t>(kMaxSlots), "DecodeRegistry.add: ",
                 packed.size(), " parameter slots, at most ", kMaxSlots);
     TORCH_CHECK(function != 0, "DecodeRegistry.add: the kernel has no function handle");
+    TORCH_CHECK(scale.is_none() || PyFloat_CheckExact(scale.ptr()),
+                "DecodeRegistry.add: scale must be None or a float");
     const at::Tensor &q = *qp, &k = *kp, &v = *vp;
     bool has_scale = !scale.is_none();
-    double scale_value = has_scale ? scale.cast<double>() : 0.0;
+    double scale_value = has_scale ? PyFloat_AS_DOUBLE(scale.ptr()) : 0.0;
     Entry* entry = find(q, k, v, causal, has_scale, scale_value);
     if (entry == nullptr) {
       if (entries_.size() >= kMaxEntries) entries_.clear();
