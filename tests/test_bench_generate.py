@@ -139,6 +139,22 @@ def test_markdown_plot_and_files(tmp_path: Path) -> None:
     assert (tmp_path / "generate.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_caption_names_the_native_decode_launch() -> None:
+    """A run with flashrepro.native switched on says so, and a merge says which runs did and
+    which ran a checkout with changes to its commit."""
+    rng = random.Random()
+    plain = _results(synthetic_group("eager", 1, 3, rng), "d1")
+    assert "FLASHREPRO_NATIVE" not in gt.caption(plain)
+    native = _results(synthetic_group("eager", 1, 3, rng), "d1")
+    native["env"]["native_decode"] = True
+    assert "eager decode calls launched from C++: FLASHREPRO_NATIVE=1" in gt.caption(native)
+    static = _results(synthetic_group("static", 1, 3, rng), "d2")
+    static["env"]["git_modified"] = True
+    merged = gt.caption(gt.merge([native, static]))
+    assert ("d1 (commit abc, launched from C++: FLASHREPRO_NATIVE=1); d2 (commit abc with "
+            "changes)." in merged)
+
+
 def test_merge_joins_runs_and_refuses_what_it_cannot_pair() -> None:
     rng = random.Random()
     eager = _results(synthetic_group("eager", 1, 3, rng), "d1")

@@ -184,3 +184,27 @@ def test_pci_bus_id_of_a_gpu_cuda_cannot_open_is_none(monkeypatch: pytest.Monkey
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_properties", broken)
     assert env._pci_bus_id() is None
+
+
+def test_git_modified_says_whether_the_commit_names_the_code(tmp_path, monkeypatch) -> None:
+    """A checkout whose tracked files differ from HEAD is recorded as modified (its
+    git_commit does not name the code that ran); an untracked file is not a change."""
+    import subprocess
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    monkeypatch.delenv("FLASHREPRO_GIT_COMMIT", raising=False)
+    monkeypatch.setattr(env, "CHECKOUT", tmp_path)
+    assert env._git_modified() is None  # not a repository
+    git("init", "-q")
+    (tmp_path / "a.py").write_text("x = 1\n")
+    git("add", "a.py")
+    git("commit", "-q", "-m", "a")
+    (tmp_path / "b.py").write_text("untracked\n")
+    assert env._git_modified() is False
+    (tmp_path / "a.py").write_text("x = 2\n")
+    assert env._git_modified() is True
+    monkeypatch.setenv("FLASHREPRO_GIT_COMMIT", "abc")
+    assert env._git_modified() is None

@@ -43,6 +43,22 @@ def _git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
+def _git_modified() -> bool | None:
+    """Whether the checkout's tracked files differ from its ``HEAD`` (``git status
+    --porcelain --untracked-files=no`` prints anything), so that ``git_commit`` does not name
+    the code that ran; None where the commit comes from ``FLASHREPRO_GIT_COMMIT`` or git
+    cannot tell."""
+    if os.environ.get("FLASHREPRO_GIT_COMMIT"):
+        return None
+    try:
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                             cwd=CHECKOUT, capture_output=True, text=True, timeout=30,
+                             check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return bool(out.stdout.strip())
+
+
 def gpu_key(name: str) -> str:
     """A file-name-safe GPU model key: 'NVIDIA H200' -> 'nvidia-h200'."""
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
@@ -151,6 +167,7 @@ def capture() -> dict[str, Any]:
     env: dict[str, Any] = {
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": _git_commit(),
+        "git_modified": _git_modified(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "triton": triton.__version__,

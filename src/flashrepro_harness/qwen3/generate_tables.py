@@ -201,9 +201,17 @@ def caption(results: dict[str, Any]) -> str:
             "forcing), picks the reference's next token.")
     if results.get("merged_from"):
         text += " Rows from runs " + "; ".join(
-            f"{m['date']} (commit {m.get('git_commit') or '?'})"
+            f"{m['date']} (commit {m.get('git_commit') or '?'}"
+            f"{' with changes' if m.get('git_modified') else ''}"
+            f"{_NATIVE_NOTE if m.get('native_decode') else ''})"
             for m in results["merged_from"]) + "."
+    elif env.get("native_decode"):
+        text += f" frepro's eager decode calls {_NATIVE_NOTE[2:]}."
     return text
+
+
+_NATIVE_NOTE = ", launched from C++: FLASHREPRO_NATIVE=1"
+"""How a caption names a run with flashrepro.native's decode launch switched on."""
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -357,4 +365,7 @@ def merge(parts: list[dict[str, Any]], names: list[str] | None = None) -> dict[s
             "errors": {k: v for p in parts for k, v in p["errors"].items()},
             "skipped": skipped,
             "merged_from": [{"date": p["env"].get("date"),
-                             "git_commit": p["env"].get("git_commit")} for p in parts]}
+                             "git_commit": p["env"].get("git_commit"),
+                             "git_modified": p["env"].get("git_modified"),
+                             "native_decode": bool(p["env"].get("native_decode"))}
+                            for p in parts]}
