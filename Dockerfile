@@ -20,12 +20,13 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # gcc and libc headers: Triton builds its small C launcher with the system compiler on first
 # use of a GPU (the CUDA user-space libraries come with the torch wheels, the driver from the
-# host through the NVIDIA container toolkit).
+# host through the NVIDIA container toolkit). g++ and ninja: torch.utils.cpp_extension builds
+# flashrepro's C++ decode launch (FLASHREPRO_NATIVE=1, flashrepro.native) with them.
 # DL3008 (pin apt versions) ignored: Debian drops superseded versions from its archive, so
 # pinned versions break the build within weeks; the base digest and the hashed lock are the pins.
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && apt-get install -y --no-install-recommends gcc g++ libc6-dev ninja-build \
     && rm -rf /var/lib/apt/lists/*
 
 ENV VIRTUAL_ENV=/opt/venv \
@@ -51,13 +52,16 @@ COPY . .
 RUN pip install --no-deps --no-build-isolation --no-index --no-cache-dir -e . \
     && useradd --create-home --uid 1000 --shell /bin/bash flashrepro \
     && mkdir -p /results /var/cache/flashrepro/triton /var/cache/flashrepro/hypothesis \
+       /var/cache/flashrepro/torch_extensions \
     && chown flashrepro:flashrepro /results \
-    && chmod 1777 /var/cache/flashrepro/triton /var/cache/flashrepro/hypothesis
+    && chmod 1777 /var/cache/flashrepro/triton /var/cache/flashrepro/hypothesis \
+       /var/cache/flashrepro/torch_extensions
 
 # Writable state lives outside the (read-only) source tree, also under `docker run --user`.
 ENV TRITON_HOME=/var/cache/flashrepro/triton \
     TRITON_CACHE_DIR=/var/cache/flashrepro/triton/cache \
     HYPOTHESIS_STORAGE_DIRECTORY=/var/cache/flashrepro/hypothesis \
+    TORCH_EXTENSIONS_DIR=/var/cache/flashrepro/torch_extensions \
     PYTEST_ADDOPTS="-p no:cacheprovider" \
     FLASHREPRO_RESULTS_DIR=/results \
     NVIDIA_VISIBLE_DEVICES=all \
