@@ -27,6 +27,7 @@ import torch
 
 from flashrepro import launch_varlen
 from flashrepro.counters import stream_buffers
+from flashrepro.direct import hooks_idle
 from flashrepro.launch_varlen import _CHECKED_KVCACHE, _IO, _PARAMS, _kvcache_signature, _plan_key
 
 SWITCH = "FLASHREPRO_NATIVE"
@@ -79,9 +80,10 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     (``kvcache_forward(q, k, v, None, causal=causal, scale=scale, enable_gqa=True,
     num_splits=None, return_lse=False, bshd=True)``) launched; whether one was registered.
     Calls whose plan the extension cannot serve (a kernel with scratch memory or clusters, a
-    CUDA-graph capture, types its packing lacks) register nothing."""
+    CUDA-graph capture, a Triton launch hook, types its packing lacks) register nothing."""
     native = registry()
-    if native is None or not q.is_cuda or torch.cuda.is_current_stream_capturing():
+    if (native is None or not q.is_cuda or torch.cuda.is_current_stream_capturing()
+            or not hooks_idle()):  # the extension hands every such call back: no use
         return False
     key = _kvcache_signature(q, k, v, None, causal, scale, True, None, False, None, True)
     shape = _CHECKED_KVCACHE.get(key) if key is not None else None
