@@ -1,12 +1,11 @@
 """flashrepro.native: the decode call's plan hit launched from C++ (csrc/decode_launch.cpp).
 
-On the GPU: a DynamicCache-like decode (the cache grows by a key per call) through
-transformers' attention function, every call after the first launched by the extension
-(its launch count must grow by one per call), each output against a float64 reference with
-its memory NaN-poisoned first; and the calls the extension must hand back to Python (a
-tensor that needs grad, a Triton launch hook, a CUDA-graph capture, another signature). On
-the CPU: the switch, a failed build, and the extension's parameter names against the kernel's.
-"""
+On the GPU: DynamicCache-like decodes (the cache grows by a key per call) through
+transformers' attention function, where a call whose plan Python made before launches from
+C++ (the registry's launch count says which did), each output against a float64 reference
+with its memory NaN-poisoned first and bit for bit against the Python path's; and the calls
+the extension must hand back to Python, each by name. On the CPU: the switch, a failed build,
+registration of CPU tensors, and the extension's parameter names against the kernel's."""
 
 from __future__ import annotations
 
