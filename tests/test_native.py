@@ -78,6 +78,56 @@ def test_sources_name_kernel_parameters(registry):
     assert scalars <= set(launch_varlen._PARAMS)
 
 
+def _decode_signature(stride_type: str = "i32") -> dict[str, str]:
+    """A decode kernel's ``src.signature`` as Triton 3.6 writes it for a bf16 call at
+    Lq = 1 with k's last stride 1 (those two ints specialized as constexprs)."""
+    params = launch_varlen._PARAMS
+    io = params[:launch_varlen._IO]
+    pointer = {"LSE": "*fp32", "SEQUSED_K": "*i32", "PARTS": "*fp32", "LOCKS": "*i32"}
+    signature = {name: pointer.get(name, "*bf16") for name in io}
+    for name in params[launch_varlen._IO:]:
+        if name in ("stride_kd", "stride_qd", "stride_od", "seqlen_q") or name.isupper():
+            signature[name] = "constexpr"
+        elif name == "qk_scale":
+            signature[name] = "fp32"
+        elif name.startswith("stride_k") or name == "max_seqlen_k":
+            signature[name] = stride_type
+        else:
+            signature[name] = "i32"
+    return signature
+
+
+@pytest.mark.parametrize("stride_type", ["i32", "i64"])
+def test_pack_parameters_as_tritons_launcher(stride_type):
+    """One slot per passed parameter in order, then two null scratch pointers; scalars in
+    their storage; pointers, k's strides and L_max patched per call at their width."""
+    import struct
+
+    signature = _decode_signature(stride_type)
+    values = {name: 1000 + i for i, name in enumerate(launch_varlen._PARAMS)}
+    values["qk_scale"] = 0.12751743
+    sources = {"q": 0, "k": 1, "v": 2, "o": 3, "parts": 4, "locks": 5, "stride_kb": 6,
+               "stride_kh": 7, "stride_kn": 8, "stride_kd": 9, "max_seqlen_k": 10}
+    packed, patches = native.pack_parameters(signature, values, sources)
+    passed = [name for name, ty in signature.items() if ty != "constexpr"]
+    assert len(packed) == len(passed) + 2 and packed[-2:] == [0, 0]
+    by_slot = {slot: (source, width) for slot, source, width in patches}
+    width = 4 if stride_type == "i32" else 8
+    for slot, name in enumerate(passed):
+        if signature[name].startswith("*"):
+            want = {"LSE": "q", "SEQUSED_K": "q"}.get(name, native._IO_SOURCES[name])
+            assert by_slot[slot] == (sources[want], 8), name
+        elif name in ("stride_kb", "stride_kh", "stride_kn", "max_seqlen_k"):
+            assert by_slot[slot] == (sources[name], width), name
+        elif name == "qk_scale":
+            assert packed[slot] == int.from_bytes(struct.pack("<f", values[name]), "little")
+        else:
+            assert slot not in by_slot and packed[slot] == values[name], name
+    assert native.pack_parameters({**signature, "qk_scale": "fp16"}, values, sources) is None
+    assert native.pack_parameters({**signature, "max_seqlen_k": "fp32"}, values,
+                                  sources) is None
+
+
 def test_add_refuses_cpu_tensors(registry):
     q = torch.randn(1, 16, 1, 128)
     k = v = torch.randn(1, 8, 64, 128)

@@ -99,15 +99,37 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     compiled = direct.compiled
     if getattr(compiled.metadata, "num_ctas", 1) != 1 or not direct.function:
         return False
+    tail = (*plan.before, *k.stride(), *plan.between, l_max, *plan.after)
+    packing = pack_parameters(compiled.src.signature, dict(zip(_PARAMS[_IO:], tail,
+                                                               strict=False)), _SOURCES)
+    if packing is None:
+        return False
+    packed, patches = packing
     parts = locks = None
     if plan.parts:
         locks, parts = stream_buffers(q.device, plan.locks, plan.parts)
-    sources = _SOURCES
-    tail = (*plan.before, *k.stride(), *plan.between, l_max, *plan.after)
-    values = dict(zip(_PARAMS[_IO:], tail, strict=False))
+    native.add(q, k, v, causal, scale, list(shape.split_limits),
+               launch_varlen.LONG_CACHE_KEYS,
+               shape.config.block_n, shape.block_d, splits, direct.function, list(plan.grid),
+               compiled.metadata.num_warps, compiled.metadata.shared, direct.pdl,
+               direct.cooperative, packed, patches,
+               torch._C._cuda_getCurrentRawStream(q.get_device()), parts, locks, direct)
+    return True
+
+
+def pack_parameters(signature: dict[str, str], values: dict[str, Any], sources: dict[str, int]
+                    ) -> tuple[list[int], list[tuple[int, int, int]]] | None:
+    """The decode kernel's parameters as Triton 3.6's launcher passes them: one 8-byte slot
+    per parameter whose type in ``signature`` (the compiled kernel's ``src.signature``, in
+    parameter order) is not "constexpr" (constexprs and ints specialized as 1 are not
+    passed), then the global and profile scratch pointers (null: DirectLaunch binds no kernel
+    with scratch). Returns (slots, patches): a scalar's slot holds ``values[name]`` in its
+    type's storage (``_PACK``), little-endian; a pointer, k's strides and L_max get a patch
+    (slot, source, bytes) that the extension fills per call from ``sources`` (its
+    ``SOURCES``). None where a type has no storage here."""
     packed: list[int] = []
     patches: list[tuple[int, int, int]] = []
-    for name, ty in compiled.src.signature.items():
+    for name, ty in signature.items():
         if ty == "constexpr":
             continue
         slot = len(packed)
@@ -116,21 +138,14 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
             patches.append((slot, sources[_IO_SOURCES[name]], 8))
         elif name in sources:  # k's strides and L_max: this call's, per call
             if ty not in ("i32", "i64", "u64"):
-                return False
+                return None
             patches.append((slot, sources[name], 4 if ty == "i32" else 8))
         elif ty in _PACK:
             raw = struct.pack(_PACK[ty], values[name])
             packed[slot] = int.from_bytes(raw.ljust(8, b"\0"), "little")
         else:
-            return False
-    packed += [0, 0]  # Triton's global and profile scratch: none (DirectLaunch.bind)
-    native.add(q, k, v, causal, scale, list(shape.split_limits),
-               launch_varlen.LONG_CACHE_KEYS,
-               shape.config.block_n, shape.block_d, splits, direct.function, list(plan.grid),
-               compiled.metadata.num_warps, compiled.metadata.shared, direct.pdl,
-               direct.cooperative, packed, patches,
-               torch._C._cuda_getCurrentRawStream(q.get_device()), parts, locks, direct)
-    return True
+            return None
+    return [*packed, 0, 0], patches
 
 
 _IO_SOURCES = {"Q": "q", "K": "k", "V": "v", "O": "o", "LSE": "q", "SEQUSED_K": "q",
