@@ -9,10 +9,10 @@ keeps what a Python call checked and planned (:func:`remember`) and serves later
 match it in every fact the Python plan hit checks (:meth:`DecodeRegistry.decode` returns
 None for any other call, which then takes the Python path).
 
-Opt-in: ``FLASHREPRO_NATIVE=1`` builds the extension on first use with
-``torch.utils.cpp_extension.load`` (a C++17 compiler and ninja; about a minute, then cached in
-``TORCH_EXTENSIONS_DIR``). Where it does not build, a warning names why and the Python path
-runs.
+Opt-in: ``FLASHREPRO_NATIVE=1`` (read once, at the first decode call) builds the extension
+on first use with ``torch.utils.cpp_extension.load`` (a C++17 compiler and ninja; 30-40 s on
+a CPU host and on an H100's, then cached in ``TORCH_EXTENSIONS_DIR``). Where it does not
+build, a warning names why and the Python path runs.
 """
 
 from __future__ import annotations
