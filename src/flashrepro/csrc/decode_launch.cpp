@@ -105,7 +105,6 @@ struct Plan {
   int slots = 0;
   std::array<uint64_t, kMaxSlots> packed{};  // every parameter, this call's values patched in
   std::vector<Patch> patches;
-  int64_t block_n = 0, block_d = 0;
   CUstream stream = nullptr;  // the split buffers' stream (none without splits)
   at::Tensor parts, locks;    // held: Python's stream cache may replace its buffers
   py::object owner;           // what keeps the compiled kernel (its CUfunction) alive
@@ -124,7 +123,7 @@ struct Entry {
   // _DecodeShape.splits
   std::array<int64_t, 2> split_limits;
   int64_t long_cache_keys;
-  int64_t block_n;
+  int64_t block_n, block_d;  // the signature's key tile and head-dim block
   std::vector<Plan> plans;
 };
 
@@ -191,8 +190,8 @@ class DecodeRegistry {
     }
     if (plan == nullptr) return py::none();
     // the kernel's int32 tile offsets (a stride of 2^31 or more was specialized as int64)
-    if (!(l_max <= 1 || ks[2] >= kInt32Limit || ks[2] * plan->block_n < kInt32Limit)
-        || !(q.size(3) <= 1 || ks[3] >= kInt32Limit || ks[3] * plan->block_d < kInt32Limit))
+    if (!(l_max <= 1 || ks[2] >= kInt32Limit || ks[2] * entry->block_n < kInt32Limit)
+        || !(q.size(3) <= 1 || ks[3] >= kInt32Limit || ks[3] * entry->block_d < kInt32Limit))
       return py::none();
     int device = q.get_device();
     const auto* guard = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
@@ -305,6 +304,7 @@ class DecodeRegistry {
       e.split_limits = split_limits;
       e.long_cache_keys = long_cache_keys;
       e.block_n = block_n;
+      e.block_d = block_d;
       entries_.push_back(std::move(e));
       entry = &entries_.back();
     }
@@ -328,8 +328,6 @@ class DecodeRegistry {
                   && (width == 4 || width == 8), "DecodeRegistry.add: bad patch");
       p.patches.push_back({slot, source, width});
     }
-    p.block_n = block_n;
-    p.block_d = block_d;
     p.stream = reinterpret_cast<CUstream>(stream);
     if (parts) p.parts = *parts;
     if (locks) p.locks = *locks;

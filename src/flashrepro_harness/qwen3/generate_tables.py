@@ -203,14 +203,14 @@ def caption(results: dict[str, Any]) -> str:
         text += " Rows from runs " + "; ".join(
             f"{m['date']} (commit {m.get('git_commit') or '?'}"
             f"{' with changes' if m.get('git_modified') else ''}"
-            f"{_NATIVE_NOTE if m.get('native_decode') else ''})"
+            f"{', ' + _NATIVE_NOTE if m.get('native_decode') else ''})"
             for m in results["merged_from"]) + "."
     elif env.get("native_decode"):
-        text += f" frepro's eager decode calls {_NATIVE_NOTE[2:]}."
+        text += f" frepro's eager decode calls {_NATIVE_NOTE}."
     return text
 
 
-_NATIVE_NOTE = ", launched from C++: FLASHREPRO_NATIVE=1"
+_NATIVE_NOTE = "launched from C++: FLASHREPRO_NATIVE=1"
 """How a caption names a run with flashrepro.native's decode launch switched on."""
 
 
