@@ -1,4 +1,4 @@
-"""flashrepro.native: the decode call's plan hit launched from C++ (csrc/decode_launch.cpp).
+"""flashrepro.native: plan hits launched from C++ (csrc/plan_launch.cpp).
 
 On the GPU: DynamicCache-like decodes (the cache grows by a key per call) through
 transformers' attention function, where a call whose plan Python made before launches from
@@ -268,3 +268,206 @@ def test_capture_is_handed_back(use):
         with torch.cuda.graph(graph, stream=stream):
             assert use.decode(q, k, v, True, None) is None
         assert use.launches == launches
+
+
+# --- the equal-length forward (ForwardRegistry) ------------------------------------------
+
+
+@pytest.fixture
+def use_forward(use):
+    """The forward registry, switched on with the decode one; emptied after the test."""
+    yield native._FORWARD
+    native._FORWARD.clear()
+
+
+def test_forward_sources_name_the_io(registry):
+    assert native._FORWARD_SOURCES.keys() == {"q", "k", "v", "o", "lse", "counters", "scratch"}
+
+
+class _Desc:
+    """A TMA descriptor template: what pack_forward reads of one."""
+
+    def __init__(self, shape, strides, padding="zero"):
+        self.shape, self.strides, self.padding, self.base = shape, strides, padding, None
+
+
+_META = {"swizzle": 3, "elem_size": 2, "elem_type": 10, "block_size": [1, 1, 64, 64],
+         "fp4_padded": False}
+
+
+def test_tensor_map_arguments_as_fill_tma_descriptor():
+    """driver.c's fillTMADescriptor: dims and box innermost first, byte strides of the outer
+    dims innermost first, Triton's data type (bf16's 10 is the driver's 9), NaN fill."""
+    q = _Desc([2, 16, 1024, 128], [2097152, 128, 2048, 1])
+    assert native.tensor_map_arguments(q, _META) == (
+        9, [128, 1024, 16, 2], [4096, 256, 4194304], [64, 64, 1, 1], 3, 0)
+    assert native.tensor_map_arguments(_Desc(q.shape, q.strides, "nan"), _META)[-1] == 1
+    assert native.tensor_map_arguments(q, {**_META, "fp4_padded": True}) is None
+    assert native.tensor_map_arguments(_Desc(q.shape, [1, 1, 1, 2]), _META) is None
+
+
+def test_pack_forward_as_tritons_launcher():
+    """A descriptor: its map's slot, then its shape as i32 and strides as i64; a pointer: a
+    slot patched from its source; scalars in their storage; constexprs not passed; two null
+    scratch pointers last. Anything it cannot pack: None."""
+    import struct
+
+    q = _Desc([1, 16, 1024, 128], [2097152, 128, 2048, 1])
+    signature = {"q_desc": "tensordesc<bf16[1, 1, 64, 128],x>", "LSE": "*fp32",
+                 "n": "i32", "HEAD_DIM": "constexpr", "wide": "i64", "qk_scale": "fp32",
+                 "flag": "i1", "counter": "*i32"}
+    values = [q, None, 7, 128, -3, 0.125, True, None]
+    sources = {0: 0, 1: 4, 7: 5}
+    packed, pointers, descriptors = native.pack_forward(signature, values, [_META], sources)
+    assert packed == [0, 1, 16, 1024, 128, 2097152, 128, 2048, 1, 0, 7,
+                      (-3) % 2**64, int.from_bytes(struct.pack("<f", 0.125), "little"), 1,
+                      0, 0, 0]
+    assert pointers == [(9, 4), (14, 5)]
+    assert descriptors == [(0, 0, *native.tensor_map_arguments(q, _META))]
+    assert native.pack_forward(signature, values, [None], sources) is None  # not lowered
+    assert native.pack_forward(signature, values, [_META], {0: 0, 1: 4}) is None
+    assert native.pack_forward({**signature, "n": "fp16"}, values, [_META], sources) is None
+    assert native.pack_forward(signature, values[:-1], [_META], sources) is None
+
+
+def test_forward_add_refuses_cpu_tensors(registry):
+    q = torch.randn(1, 16, 64, 128)
+    with pytest.raises(RuntimeError, match="plain 4-D CUDA tensors"):
+        native._FORWARD.add(q, q, q, True, None, True, "top_left", True, [1], [1], [1], None,
+                            1, [1, 1, 1], 4, 0, False, False, [0], [], [], 0, None, None, None)
+
+
+def _prefill(b: int, h: int, h_kv: int, length: int, d: int, dtype: torch.dtype):
+    """q, k, v as transformers passes them: (B, H, L, D) views of (B, L, H, D) projections."""
+    q = torch.randn(b, length, h, d, device="cuda", dtype=dtype).transpose(1, 2)
+    k, v = (torch.randn(b, length, h_kv, d, device="cuda", dtype=dtype).transpose(1, 2)
+            for _ in range(2))
+    return q, k, v
+
+
+def _forward_python(q, k, v, causal, alignment="bottom_right", return_lse=False):
+    from flashrepro import launch
+
+    return launch.forward(q, k, v, causal=causal, scale=None, enable_gqa=True,
+                          causal_alignment=alignment, return_lse=return_lse, config=None,
+                          out=None, bshd=True)[0]
+
+
+_FORWARD_CASES = [  # Qwen3's prefill shapes (the ws kernel; 4x4096 with its tile counter),
+    (1, 16, 8, 1024, 128, torch.bfloat16, True),  # a D=64 one, a non-causal one
+    (4, 16, 8, 4096, 128, torch.bfloat16, True),
+    (2, 16, 16, 500, 64, torch.float16, True),
+    (2, 16, 8, 300, 128, torch.float16, False),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(("b", "h", "h_kv", "length", "d", "dtype", "causal"), _FORWARD_CASES)
+def test_forward_launches_natively(use_forward, b, h, h_kv, length, d, dtype, causal):
+    """transformers' prefill (eager) and the compiled graph's op: the first call of each takes
+    Python's path and registers its plan, later calls on fresh inputs launch from C++, each
+    output (its memory NaN-poisoned first) against a float64 reference and bit for bit against
+    the Python path's."""
+    from tests.reference import assert_parity as assert_dense_parity
+
+    for call in range(4):
+        q, k, v = _prefill(b, h, h_kv, length, d, dtype)
+        before = use_forward.launches
+        _poison_next((b, length, h, d), dtype)
+        with torch.inference_mode():
+            o = fr_tf._dense(q, k, v, causal, None)  # (B, L, H, D)
+        assert use_forward.launches == before + (call > 0), call
+        assert o.shape == (b, length, h, d) and o.is_contiguous()
+        assert torch.equal(o, _forward_python(q, k, v, causal).transpose(1, 2))
+        assert_dense_parity(o.transpose(1, 2), None, q, k, v, causal=causal, bottom_right=True)
+        before = use_forward.launches
+        o = torch.ops.flashrepro.attention_bshd(q, k, v, causal, None, True, "top_left", None)
+        assert use_forward.launches == before + (call > 0), call
+        assert o.stride() == _forward_python(q, k, v, causal, "top_left", True).stride()
+        assert torch.equal(o, _forward_python(q, k, v, causal, "top_left", True))
+
+
+@pytest.mark.gpu
+def test_forward_calls_handed_back_to_python(use_forward, monkeypatch):
+    """The extension serves none of these calls of a registered signature (each returns
+    None: Python takes it), and serves the registered call itself after each. The plan takes
+    its stream's tile counter (Qwen3's 4x4096 prefill), so another stream is refused."""
+    import torch.autograd.forward_ad as fw_ad
+    from triton import knobs
+
+    from flashrepro import launch
+
+    q, k, v = _prefill(4, 16, 8, 4096, 128, torch.bfloat16)
+    fr_tf._dense(q, k, v, True, None)  # registers, default stream
+    flags = (True, "bottom_right", False)
+    assert use_forward.forward(q, k, v, True, None, *flags) is not None
+    key = launch._signature(q, k, v, True, None, True, "bottom_right", False, None, None, True)
+    assert launch._PLANS[key].counter_slot is not None, "the case no longer takes a counter"
+    launches = use_forward.launches
+    unaligned = torch.empty(q.numel() + q.stride(1) * q.shape[1], device="cuda",
+                            dtype=q.dtype)[1:].as_strided(q.shape, q.stride()).copy_(q)
+    refused = {
+        "q needs grad": (q.clone().requires_grad_(), k, v, True, None, *flags),
+        "not causal": (q, k, v, False, None, *flags),
+        "another scale": (q, k, v, True, 0.5, *flags),
+        "an int scale": (q, k, v, True, 1, *flags),
+        "causal an int": (q, k, v, 1, None, *flags),
+        "enable_gqa None": (q, k, v, True, None, None, "bottom_right", False),
+        "another alignment": (q, k, v, True, None, True, "top_left", False),
+        "alignment bytes": (q, k, v, True, None, True, b"bottom_right", False),
+        "the LSE stored": (q, k, v, True, None, True, "bottom_right", True),
+        "float16 q": (q.half(), k, v, True, None, *flags),
+        "contiguous q": (q.contiguous(), k, v, True, None, *flags),
+        "shorter v": (q, k, v[:, :, :-1], True, None, *flags),
+        "q unaligned": (unaligned, k, v, True, None, *flags),
+        "cpu tensors": (q.cpu(), k.cpu(), v.cpu(), True, None, *flags),
+        "nested k": (q, torch.nested.nested_tensor([k[0], k[0, :, :7]]), v, True, None, *flags),
+    }
+    for name, args in refused.items():
+        assert use_forward.forward(*args) is None, name
+    monkeypatch.setenv("DISABLE_MMA_V3", "1")
+    assert use_forward.forward(q, k, v, True, None, *flags) is None, "another DISABLE_MMA_V3"
+    monkeypatch.delenv("DISABLE_MMA_V3")
+    with fw_ad.dual_level():
+        dual = fw_ad.make_dual(q, torch.randn_like(q))
+        assert use_forward.forward(dual, k, v, True, None, *flags) is None, "a tangent"
+    with torch.cuda.stream(torch.cuda.Stream()):
+        assert use_forward.forward(q, k, v, True, None, *flags) is None, "another stream"
+    hook = knobs.runtime.launch_enter_hook
+    hook.add(print)
+    try:
+        assert use_forward.forward(q, k, v, True, None, *flags) is None, "a launch hook"
+    finally:
+        hook.remove(print)
+    stream = torch.cuda.Stream()
+    with torch.cuda.stream(stream):
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            assert use_forward.forward(q, k, v, True, None, *flags) is None, "a capture"
+    assert use_forward.launches == launches
+    assert use_forward.forward(q, k, v, True, None, *flags) is not None
+
+
+@pytest.mark.gpu
+def test_compiled_op_launches_natively(use_forward):
+    """In a compiled graph the op's body is the Python kernel of
+    ``torch.ops.flashrepro.attention_bshd``: after its first call registers the plan, the
+    graph's calls launch from C++, bit for bit the Python path's output."""
+    torch._dynamo.reset()
+
+    def layer(q, k, v):
+        o = torch.ops.flashrepro.attention_bshd(q * 1.0, k, v, True, None, True,
+                                                "bottom_right", None)
+        return o.transpose(1, 2) + 1.0
+
+    compiled = torch.compile(layer, fullgraph=True, dynamic=False)
+    served = 0
+    for _ in range(4):
+        q, k, v = _prefill(1, 16, 8, 1024, 128, torch.bfloat16)
+        before = use_forward.launches
+        out = compiled(q, k, v)
+        served += use_forward.launches - before
+        want = _forward_python(q * 1.0, k, v, True, "bottom_right", True).transpose(1, 2) + 1.0
+        assert torch.equal(out, want)
+    assert served >= 3, f"the extension launched {served} of the graph's 4 calls"

@@ -80,6 +80,11 @@ class DirectLaunch:
         return self._function
 
     @property
+    def io_templates(self) -> tuple[Any, ...]:
+        """The io slots' templates: None for a tensor, a TMA descriptor with base None."""
+        return tuple(None if slot is None else slot[0] for slot in self._slots)
+
+    @property
     def cooperative(self) -> bool:
         """Whether it launches as a cooperative grid."""
         return bool(self._flags[0])

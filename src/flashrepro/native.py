@@ -1,15 +1,18 @@
-"""The decode call's plan hit in C++ (``csrc/decode_launch.cpp``), for transformers' eager
-decode, where the call's Python is what a step waits on.
+"""Plan hits in C++ (``csrc/plan_launch.cpp``) for the two calls a model makes per layer
+where the call's Python is what a step waits on: transformers' eager decode, and the
+equal-length forward with its output born (B, L, H, D) (``torch.ops.flashrepro.attention_bshd``
+in a compiled graph, transformers' eager prefill).
 
 A DynamicCache decode step calls the decode kernel once per layer with a new cache length.
 The Python plan hit (:func:`flashrepro.launch_varlen.kvcache_forward`) costs several µs of
 interpreter time per call, more inside a model than in a loop
-(lab/2026-12-06-decode-call-cpu-breakdown/); SDPA's call is one C++ dispatch. The extension
-keeps what a Python call checked and planned (:func:`remember`) and serves later calls that
-match it in every fact the Python plan hit checks (:meth:`DecodeRegistry.decode` returns
-None for any other call, which then takes the Python path).
+(lab/2026-12-06-decode-call-cpu-breakdown/); SDPA's call is one C++ dispatch. Under
+``torch.compile`` the attention op is the one call of a layer's graph whose body is Python.
+The extension keeps what a Python call checked and planned (:func:`remember`,
+:func:`remember_forward`) and serves later calls that match it in every fact the Python plan
+hit checks (its registries return None for any other call, which then takes the Python path).
 
-Opt-in: ``FLASHREPRO_NATIVE=1`` (read once, at the first decode call) builds the extension
+Opt-in: ``FLASHREPRO_NATIVE=1`` (read once, at the first call that asks) builds the extension
 on first use with ``torch.utils.cpp_extension.load`` (a C++17 compiler and ninja; 30-40 s on
 a CPU host and on an H100's, then cached in ``TORCH_EXTENSIONS_DIR``). Where it does not
 build, a warning names why and the Python path runs.
@@ -25,19 +28,30 @@ from typing import Any
 
 import torch
 
-from flashrepro import launch_varlen
+try:  # Triton 3.6's NVIDIA launcher's table; absent elsewhere (then nothing registers)
+    from triton.backends.nvidia.driver import TMA_DTYPE_DEVICE_TO_HOST
+except ImportError:  # pragma: no cover - other backends
+    TMA_DTYPE_DEVICE_TO_HOST = {}
+
+from flashrepro import launch, launch_varlen
 from flashrepro.counters import stream_buffers
 from flashrepro.direct import hooks_idle
+from flashrepro.kernels.call import IO_ARGS
 from flashrepro.launch_varlen import _CHECKED_KVCACHE, _IO, _PARAMS, _kvcache_signature, _plan_key
 
 SWITCH = "FLASHREPRO_NATIVE"
 """The environment variable that enables the extension ("1")."""
-SOURCE = Path(__file__).parent / "csrc" / "decode_launch.cpp"
+SOURCE = Path(__file__).parent / "csrc" / "plan_launch.cpp"
 
 _UNTRIED = object()
 _REGISTRY: Any = _UNTRIED
+_FORWARD: Any = None
+"""The built extension's ``ForwardRegistry`` (None until :func:`registry` built it)."""
 _SOURCES: dict[str, int] = {}
 """The extension's per-call value sources by kernel parameter name (its ``SOURCES``)."""
+_FORWARD_SOURCES: dict[str, int] = {}
+"""The forward's per-call value sources (its ``FORWARD_SOURCES``): q, k, v, o, lse, counters,
+scratch."""
 
 _PACK = {"i1": "<b", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q", "u1": "<B",
          "u8": "<B", "u16": "<H", "u32": "<I", "u64": "<Q", "fp32": "<f", "f32": "<f",
@@ -55,6 +69,11 @@ def registry() -> Any | None:
     return _REGISTRY
 
 
+def forward_registry() -> Any | None:
+    """The extension's ``ForwardRegistry``, built with :func:`registry`; None where that is."""
+    return _FORWARD if registry() is not None else None
+
+
 def _load() -> Any | None:
     """Build (or load the cached build of) the extension; None, with a warning, on failure."""
     try:
@@ -62,14 +81,17 @@ def _load() -> Any | None:
         from torch.utils.cpp_extension import load
         from triton import knobs
 
-        module = load(name="flashrepro_decode_launch", sources=[str(SOURCE)],
+        global _FORWARD
+        module = load(name="flashrepro_plan_launch", sources=[str(SOURCE)],
                       extra_include_paths=[str(Path(nvidia.__file__).parent / "include")],
                       extra_cflags=["-O3"], verbose=False)
         _SOURCES.update(module.SOURCES)
+        _FORWARD_SOURCES.update(module.FORWARD_SOURCES)
+        _FORWARD = module.ForwardRegistry(knobs.runtime)
         return module.DecodeRegistry(knobs.runtime)
     except Exception as error:  # a missing compiler or header: the Python path still runs
-        warnings.warn(f"flashrepro: {SWITCH}=1 but the native decode launch did not build "
-                      f"({type(error).__name__}: {error}); decode calls take the Python path",
+        warnings.warn(f"flashrepro: {SWITCH}=1 but the native launch did not build "
+                      f"({type(error).__name__}: {error}); every call takes the Python path",
                       RuntimeWarning, stacklevel=3)
         return None
 
@@ -117,6 +139,117 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     return True
 
 
+def remember_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                     scale: float | None, enable_gqa: bool, causal_alignment: str,
+                     return_lse: bool) -> bool:
+    """Register with :func:`forward_registry` the plan that a Python call of these arguments
+    (``launch.forward(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
+    causal_alignment=causal_alignment, return_lse=return_lse, config=None, out=None,
+    bshd=True)``) made; whether one was registered. Plans the extension cannot serve (inputs
+    read through contiguous copies, a kernel with scratch memory or clusters, a CUDA-graph
+    capture, a Triton launch hook, parameters its packing lacks) register nothing."""
+    native = forward_registry()
+    if (native is None or not q.is_cuda or torch.cuda.is_current_stream_capturing()
+            or not hooks_idle() or scale.__class__ not in (float, type(None))):
+        return False
+    key = launch._signature(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse,
+                            None, None, True)
+    plan = launch._PLANS.get(key) if key is not None else None
+    if plan is None or plan.direct is None or plan.contiguous_q or plan.contiguous_kv:
+        return False
+    direct = plan.direct
+    compiled = direct.compiled
+    if getattr(compiled.metadata, "num_ctas", 1) != 1 or not direct.function:
+        return False
+    sources = {i: _FORWARD_SOURCES[name] for i, name in enumerate(("q", "k", "v", "o", "lse"))}
+    counters = scratch = None
+    if plan.counter_slot is not None:
+        counters, scratch = stream_buffers(q.device, plan.call.counters, plan.call.scratch)
+        sources[IO_ARGS + plan.counter_slot] = _FORWARD_SOURCES["counters"]
+        if plan.scratch_slot is not None:
+            sources[IO_ARGS + plan.scratch_slot] = _FORWARD_SOURCES["scratch"]
+    values = [*direct.io_templates, *direct.tail]
+    packing = pack_forward(compiled.src.signature, values,
+                           getattr(compiled.metadata, "tensordesc_meta", None), sources)
+    if packing is None:
+        return False
+    packed, pointers, descriptors = packing
+    native.add(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse,
+               list(plan.out_shape), list(plan.out_stride), list(plan.lse_shape),
+               plan.lse_dummy, direct.function, list(plan.grid), compiled.metadata.num_warps,
+               compiled.metadata.shared, direct.pdl, direct.cooperative, packed, pointers,
+               descriptors, torch._C._cuda_getCurrentRawStream(q.get_device()), counters,
+               scratch, direct)
+    return True
+
+
+def pack_forward(signature: dict[str, str], values: list[Any],
+                 metas: list[dict[str, Any]] | None, sources: dict[int, int]
+                 ) -> tuple[list[int], list[tuple[int, int]], list[tuple[Any, ...]]] | None:
+    """A forward kernel's parameters as Triton 3.6's launcher passes them (``make_launcher``,
+    ``wrap_handle_tensordesc``): ``values`` one per entry of ``signature`` (the compiled
+    kernel's ``src.signature``, in parameter order; a TMA descriptor slot holds its template,
+    whose base is bound per call), ``metas`` the compiled kernel's ``tensordesc_meta``,
+    ``sources`` the per-call source (``FORWARD_SOURCES``) of each value index that is a
+    pointer or a descriptor's base.
+
+    Returns (slots, pointers, descriptors): one 8-byte slot per passed parameter (constexprs
+    are not passed; a descriptor is its tensor map, then its shape as i32 and strides as i64),
+    then the global and profile scratch pointers (null); (slot, source) per pointer; per
+    descriptor (slot, source, then :func:`tensor_map_arguments`). None where a parameter has
+    no storage here (an unlowered descriptor, a pointer without a source, another type)."""
+    if len(signature) != len(values):
+        return None
+    metas_left = iter(metas or [])
+    packed: list[int] = []
+    pointers: list[tuple[int, int]] = []
+    descriptors: list[tuple[Any, ...]] = []
+    for index, ((_, ty), value) in enumerate(zip(signature.items(), values, strict=True)):
+        if ty == "constexpr":
+            continue
+        if ty.startswith("tensordesc"):
+            meta = next(metas_left, None)
+            encoded = None if meta is None else tensor_map_arguments(value, meta)
+            if encoded is None or index not in sources:
+                return None
+            descriptors.append((len(packed), sources[index], *encoded))
+            packed.append(0)
+            packed.extend(_slot("i32", n) for n in value.shape)
+            packed.extend(_slot("i64", n) for n in value.strides)
+        elif ty.startswith("*"):
+            if index not in sources:
+                return None
+            pointers.append((len(packed), sources[index]))
+            packed.append(0)
+        elif ty in _PACK and value.__class__ in (int, float, bool):
+            packed.append(_slot(ty, value))
+        else:
+            return None
+    return [*packed, 0, 0], pointers, descriptors
+
+
+def tensor_map_arguments(template: Any, meta: dict[str, Any]
+                         ) -> tuple[int, list[int], list[int], list[int], int, int] | None:
+    """``cuTensorMapEncodeTiled``'s arguments for ``template`` (a TMA descriptor) but its base,
+    as Triton 3.6's ``fill_tma_descriptor`` computes them (driver.c): (data type, dims
+    innermost first, the byte strides of dims 1 .. rank - 1, the box innermost first, swizzle,
+    OOB fill: 1 (NaN) for ``padding="nan"``). None for fp4-padded descriptors and a last
+    stride other than 1, which it does not encode."""
+    shape, strides = list(template.shape), list(template.strides)
+    block = list(meta["block_size"])
+    if meta["fp4_padded"] or strides[-1] != 1 or not len(shape) == len(block) == len(strides):
+        return None
+    size = meta["elem_size"]
+    return (TMA_DTYPE_DEVICE_TO_HOST[meta["elem_type"]], shape[::-1],
+            [size * n for n in strides[:-1]][::-1], block[::-1], meta["swizzle"],
+            int(template.padding == "nan"))
+
+
+def _slot(ty: str, value: Any) -> int:
+    """``value`` in a parameter slot of type ``ty``: its storage (``_PACK``), little-endian."""
+    return int.from_bytes(struct.pack(_PACK[ty], value).ljust(8, b"\0"), "little")
+
+
 def pack_parameters(signature: dict[str, str], values: dict[str, Any], sources: dict[str, int]
                     ) -> tuple[list[int], list[tuple[int, int, int]]] | None:
     """The decode kernel's parameters as Triton 3.6's launcher passes them: one 8-byte slot
@@ -141,8 +274,7 @@ def pack_parameters(signature: dict[str, str], values: dict[str, Any], sources: 
                 return None
             patches.append((slot, sources[name], 4 if ty == "i32" else 8))
         elif ty in _PACK:
-            raw = struct.pack(_PACK[ty], values[name])
-            packed[slot] = int.from_bytes(raw.ljust(8, b"\0"), "little")
+            packed[slot] = _slot(ty, values[name])
         else:
             return None
     return [*packed, 0, 0], patches

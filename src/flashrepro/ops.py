@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import torch
 
-from flashrepro import launch_varlen
+from flashrepro import launch_varlen, native
 from flashrepro.configs import KernelConfig
 from flashrepro.launch import forward
 from flashrepro.validation import validate
@@ -80,8 +80,18 @@ def _attention_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     scale: float | None, enable_gqa: bool, causal_alignment: str,
                     config: str | None) -> torch.Tensor:
     """o as :func:`_attention`'s, in a (B, Lq, H, D) buffer (returned as its (B, H, Lq, D)
-    transposed view), which the kernel writes from a launch plan of its own."""
-    return _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, True)[0]
+    transposed view), which the kernel writes from a launch plan of its own. With
+    ``FLASHREPRO_NATIVE=1`` a plan hit launches from C++ (:mod:`flashrepro.native`): in a
+    compiled graph this is the layer's one call whose body is Python."""
+    fast = native.forward_registry() if config is None else None
+    if fast is not None:
+        o = fast.forward(q, k, v, causal, scale, enable_gqa, causal_alignment, True)
+        if o is not None:
+            return o
+    o = _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, True)[0]
+    if fast is not None:
+        native.remember_forward(q, k, v, causal, scale, enable_gqa, causal_alignment, True)
+    return o
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,

@@ -322,10 +322,17 @@ def _dense(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, causal: 
     """:func:`flashrepro.attention` (bottom-right causal, GQA allowed), output (B, L_q, H, D)."""
     if needs_operator(query, key, value):  # flashrepro.attention's rule
         return traced_attention(query, key, value, causal, scale, True)
+    fast = native.forward_registry()
+    if fast is not None:  # a plan hit launched from C++
+        o = fast.forward(query, key, value, causal, scale, True, "bottom_right", False)
+        if o is not None:
+            return o.transpose(1, 2)
     # its eager call, the output born (B, L, H, D): no transpose copy, no out= checks
     o, _ = launch.forward(query, key, value, causal=causal, scale=scale, enable_gqa=True,
                           causal_alignment="bottom_right", return_lse=False, config=None,
                           out=None, bshd=True)
+    if fast is not None:
+        native.remember_forward(query, key, value, causal, scale, True, "bottom_right", False)
     return o.transpose(1, 2)
 
 
