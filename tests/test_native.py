@@ -451,9 +451,9 @@ def test_forward_calls_handed_back_to_python(use_forward, monkeypatch):
 
 @pytest.mark.gpu
 def test_compiled_op_launches_natively(use_forward):
-    """In a compiled graph the op's body is the Python kernel of
-    ``torch.ops.flashrepro.attention_bshd``: after its first call registers the plan, the
-    graph's calls launch from C++, bit for bit the Python path's output."""
+    """In a compiled graph ``torch.ops.flashrepro.attention_bshd`` dispatches to the
+    extension's CUDA kernel: after the op's Python kernel registered the plan (its first
+    call), the graph's calls launch from C++, bit for bit the Python path's output."""
     torch._dynamo.reset()
 
     def layer(q, k, v):
@@ -471,3 +471,18 @@ def test_compiled_op_launches_natively(use_forward):
         want = _forward_python(q * 1.0, k, v, True, "bottom_right", True).transpose(1, 2) + 1.0
         assert torch.equal(out, want)
     assert served >= 3, f"the extension launched {served} of the graph's 4 calls"
+
+
+@pytest.mark.gpu
+def test_op_kernel_passes_python_errors_through(use_forward):
+    """A call the extension's CUDA kernel of the op does not serve goes to the op's Python
+    kernel, whose errors reach the caller with their type and message."""
+    q, k, v = _prefill(1, 16, 8, 256, 128, torch.float16)
+    op = torch.ops.flashrepro.attention_bshd
+    op(q, k, v, True, None, True, "top_left", None)  # registers
+    with pytest.raises(TypeError, match=r"q has dtype torch\.float32"):
+        op(q.float(), k, v, True, None, True, "top_left", None)
+    with pytest.raises(ValueError, match="causal_alignment"):
+        op(q, k, v, True, None, True, "middle", None)
+    with pytest.raises(ValueError, match="config"):
+        op(q, k, v, True, None, True, "top_left", "no-such-config")

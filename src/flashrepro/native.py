@@ -88,6 +88,9 @@ def _load() -> Any | None:
         _SOURCES.update(module.SOURCES)
         _FORWARD_SOURCES.update(module.FORWARD_SOURCES)
         _FORWARD = module.ForwardRegistry(knobs.runtime)
+        from flashrepro import ops  # imported by every caller: the op's Python kernel
+
+        module.install_op(_FORWARD, ops._attention_bshd)
         return module.DecodeRegistry(knobs.runtime)
     except Exception as error:  # a missing compiler or header: the Python path still runs
         warnings.warn(f"flashrepro: {SWITCH}=1 but the native launch did not build "

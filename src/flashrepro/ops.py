@@ -80,16 +80,14 @@ def _attention_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: b
                     scale: float | None, enable_gqa: bool, causal_alignment: str,
                     config: str | None) -> torch.Tensor:
     """o as :func:`_attention`'s, in a (B, Lq, H, D) buffer (returned as its (B, H, Lq, D)
-    transposed view), which the kernel writes from a launch plan of its own. With
-    ``FLASHREPRO_NATIVE=1`` a plan hit launches from C++ (:mod:`flashrepro.native`): in a
-    compiled graph this is the layer's one call whose body is Python."""
-    fast = native.forward_registry() if config is None else None
-    if fast is not None:
-        o = fast.forward(q, k, v, causal, scale, enable_gqa, causal_alignment, True)
-        if o is not None:
-            return o
+    transposed view), which the kernel writes from a launch plan of its own.
+
+    With ``FLASHREPRO_NATIVE=1`` the op's CUDA kernel is C++ (:mod:`flashrepro.native`, built
+    at the first call here): a plan hit launches with no Python frame (in a compiled graph
+    this op is otherwise the layer's one call whose body is Python), and any other call comes
+    here, whose plan is then registered with it."""
     o = _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, True)[0]
-    if fast is not None:
+    if config is None and q.is_cuda and native.forward_registry() is not None:
         native.remember_forward(q, k, v, causal, scale, enable_gqa, causal_alignment, True)
     return o
 

@@ -8,8 +8,8 @@
 // kernel with its packed arguments.
 //
 // ForwardRegistry: the equal-length forward with its output born (B, Lq, H, D), the call of
-// torch.ops.flashrepro.attention_bshd in a compiled graph and of transformers' eager prefill.
-// It holds Python's launch plans (launch.forward, keyed by launch._signature with config None,
+// torch.ops.flashrepro.attention_bshd in a compiled graph (the op's CUDA kernel is then this
+// file's: install_op) and of transformers' eager prefill. It holds Python's launch plans (launch.forward, keyed by launch._signature with config None,
 // out None and bshd) whose kernel it can launch: the arguments packed once, each TMA descriptor
 // encoded per base address as Triton's fill_tma_descriptor encodes it.
 //
@@ -34,7 +34,9 @@
 // - no CUDA-graph capture (counters.stream_buffers gives a capture fresh buffers), a current
 //   CUDA context, torch's current GPU the tensors' (Triton launches on the current GPU).
 #include <torch/extension.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/library.h>
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <cuda.h>
@@ -155,16 +157,21 @@ std::optional<std::string> mma_switch() {
   return value == nullptr ? std::nullopt : std::optional<std::string>(value);
 }
 
-// A plain torch.Tensor the signature accepts, or nullptr.
+// A tensor the signatures accept: dense, strided, 4-D, on a GPU, not negated, not a
+// ZeroTensor, no grad needed, no forward-mode tangent.
+bool usable(const at::Tensor& t) {
+  if (!t.defined() || t.is_nested() || t.layout() != at::kStrided || !t.is_cuda() || t.is_neg()
+      || t._is_zerotensor() || t.dim() != 4)
+    return false;
+  if (t.requires_grad() && at::GradMode::is_enabled()) return false;
+  return !t._fw_grad(/*level=*/0).defined();
+}
+
+// A plain torch.Tensor (no subclass) the signatures accept, or nullptr.
 const at::Tensor* plain(PyObject* obj) {
   if (!THPVariable_CheckExact(obj)) return nullptr;
   const at::Tensor& t = THPVariable_Unpack(obj);
-  if (!t.defined() || t.is_nested() || t.layout() != at::kStrided || !t.is_cuda() || t.is_neg()
-      || t._is_zerotensor() || t.dim() != 4)
-    return nullptr;
-  if (t.requires_grad() && at::GradMode::is_enabled()) return nullptr;
-  if (t._fw_grad(/*level=*/0).defined()) return nullptr;
-  return &t;
+  return usable(t) ? &t : nullptr;
 }
 
 bool aligned16(const at::Tensor& t) {
@@ -505,31 +512,44 @@ class ForwardRegistry {
   py::object forward(py::handle q_obj, py::handle k_obj, py::handle v_obj,
                      py::handle causal_obj, py::handle scale, py::handle enable_gqa_obj,
                      py::handle alignment_obj, py::handle return_lse_obj) {
-    if (plans_.empty() || !hooks_idle(knobs_)) return py::none();
+    if (plans_.empty()) return py::none();
     std::optional<bool> causal = flag(causal_obj), enable_gqa = flag(enable_gqa_obj);
     std::optional<bool> return_lse = flag(return_lse_obj);
     if (!causal || !enable_gqa || !return_lse || !PyUnicode_CheckExact(alignment_obj.ptr()))
       return py::none();
-    bool has_scale = !scale.is_none();
-    if (has_scale && !PyFloat_CheckExact(scale.ptr())) return py::none();
-    double scale_value = has_scale ? PyFloat_AS_DOUBLE(scale.ptr()) : 0.0;
+    if (!scale.is_none() && !PyFloat_CheckExact(scale.ptr())) return py::none();
+    std::optional<double> scale_value;
+    if (!scale.is_none()) scale_value = PyFloat_AS_DOUBLE(scale.ptr());
     const at::Tensor* qp = plain(q_obj.ptr());
     const at::Tensor* kp = plain(k_obj.ptr());
     const at::Tensor* vp = plain(v_obj.ptr());
     if (qp == nullptr || kp == nullptr || vp == nullptr) return py::none();
-    const at::Tensor &q = *qp, &k = *kp, &v = *vp;
     Py_ssize_t length = 0;
     const char* text = PyUnicode_AsUTF8AndSize(alignment_obj.ptr(), &length);
     if (text == nullptr) {
       PyErr_Clear();
       return py::none();
     }
-    std::string_view alignment(text, static_cast<size_t>(length));
+    std::optional<at::Tensor> o =
+        serve(*qp, *kp, *vp, *causal, scale_value, *enable_gqa,
+              std::string_view(text, static_cast<size_t>(length)), *return_lse);
+    if (!o) return py::none();
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(*o)));
+  }
+
+  // forward's launch for tensors the caller found plain (the GIL held: Triton's hooks are
+  // read); nullopt where it is not a plan hit.
+  std::optional<at::Tensor> serve(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                  bool causal, std::optional<double> scale, bool enable_gqa,
+                                  std::string_view alignment, bool return_lse) {
+    if (plans_.empty() || !hooks_idle(knobs_)) return std::nullopt;
+    bool has_scale = scale.has_value();
+    double scale_value = scale.value_or(0.0);
     ForwardPlan* plan = nullptr;
     std::optional<std::string> mma;
     bool mma_read = false;
     for (ForwardPlan& p : plans_) {
-      if (p.causal != *causal || p.enable_gqa != *enable_gqa || p.return_lse != *return_lse
+      if (p.causal != causal || p.enable_gqa != enable_gqa || p.return_lse != return_lse
           || p.has_scale != has_scale || (has_scale && p.scale != scale_value)
           || p.causal_alignment != alignment || !same_tensor_facts(p, 0, q)
           || !same_tensor_facts(p, 1, k) || !same_tensor_facts(p, 2, v))
@@ -542,15 +562,15 @@ class ForwardRegistry {
       plan = &p;
       break;
     }
-    if (plan == nullptr) return py::none();
+    if (plan == nullptr) return std::nullopt;
     std::optional<CUstream> current = launch_stream(q.get_device());
-    if (!current || (plan->bound && *current != plan->stream)) return py::none();
+    if (!current || (plan->bound && *current != plan->stream)) return std::nullopt;
     at::Tensor o = at::empty_strided(plan->out_sizes, plan->out_strides, q.options());
     at::Tensor lse = plan->return_lse
                          ? at::empty(plan->lse_sizes, q.options().dtype(at::kFloat))
                          : plan->lse_dummy;
     // a custom allocator's unaligned buffer: Triton would have specialized (or refused) it
-    if (!aligned16(o) || !aligned16(lse)) return py::none();
+    if (!aligned16(o) || !aligned16(lse)) return std::nullopt;
     std::array<uintptr_t, kForwardSources> values{};
     values[kFwdQ] = reinterpret_cast<uintptr_t>(q.data_ptr());
     values[kFwdK] = reinterpret_cast<uintptr_t>(k.data_ptr());
@@ -568,12 +588,12 @@ class ForwardRegistry {
     for (size_t i = 0; i < plan->packed.size(); ++i) params[i] = &packed[i];
     for (Descriptor& d : plan->descriptors) {
       const CUtensorMap* map = encode(d, values[d.source]);
-      if (map == nullptr) return py::none();  // Python's encode names the driver's error
+      if (map == nullptr) return std::nullopt;  // Python's encode names the driver's error
       params[d.slot] = const_cast<CUtensorMap*>(map);
     }
     launch(plan->kernel, *current, params.data(), "forward");
     ++launches_;
-    return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(o)));
+    return o;
   }
 
   // Register a plan Python made for a call of these arguments (see forward's rules).
@@ -696,6 +716,67 @@ class ForwardRegistry {
   int64_t launches_ = 0, encodes_ = 0;
 };
 
+
+// torch.ops.flashrepro.attention_bshd's CUDA kernel, once Python installs it (install_op):
+// a plan hit of the forward registry launches here, with no Python frame; any other call
+// goes to the op's Python kernel, which checks it, launches it and registers its plan. The
+// Python kernel (CompositeExplicitAutograd) keeps every other device. Its errors reach the
+// caller as Python raised them (a ValueError stays a ValueError).
+struct Op {
+  ForwardRegistry* registry = nullptr;
+  py::object* owner = nullptr;     // the registry's Python object, kept alive
+  py::object* fallback = nullptr;  // the op's Python kernel
+};
+
+Op& op_state() {
+  static Op state;  // never destroyed: its Python objects outlive the interpreter's exit
+  return state;
+}
+
+at::Tensor attention_bshd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                               bool causal, std::optional<double> scale, bool enable_gqa,
+                               c10::string_view causal_alignment,
+                               std::optional<c10::string_view> config) {
+  py::gil_scoped_acquire gil;  // the registry reads Triton's hooks; the fallback is Python
+  const Op& state = op_state();
+  if (!config && usable(q) && usable(k) && usable(v)) {
+    std::optional<at::Tensor> o = state.registry->serve(
+        q, k, v, causal, scale, enable_gqa,
+        std::string_view(causal_alignment.data(), causal_alignment.size()), true);
+    if (o) return *o;
+  }
+  try {
+    std::optional<std::string> config_text;
+    if (config) config_text = std::string(*config);
+    py::object o = (*state.fallback)(q, k, v, causal, scale, enable_gqa,
+                                     std::string(causal_alignment), config_text);
+    return o.cast<at::Tensor>();
+  } catch (py::error_already_set& error) {
+    error.restore();
+    python_error raised;
+    raised.persist();
+    throw raised;
+  }
+}
+
+// Make attention_bshd_cuda the op's CUDA kernel, serving ``registry`` (a ForwardRegistry)
+// and falling back to ``fallback`` (the op's Python kernel). Later calls replace both.
+void install_op(py::object registry, py::object fallback) {
+  Op& state = op_state();
+  state.registry = registry.cast<ForwardRegistry*>();
+  delete state.owner;
+  delete state.fallback;
+  state.owner = new py::object(std::move(registry));
+  state.fallback = new py::object(std::move(fallback));
+  static torch::Library* library = [] {  // never destroyed, as the dispatcher's own
+    auto* lib = new torch::Library(torch::Library::IMPL, "flashrepro", c10::DispatchKey::CUDA,
+                                   __FILE__, __LINE__);
+    lib->impl("attention_bshd", TORCH_FN(attention_bshd_cuda));
+    return lib;
+  }();
+  (void)library;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -724,6 +805,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
       .def_property_readonly("launches", &ForwardRegistry::launches)
       .def_property_readonly("plans", &ForwardRegistry::plans)
       .def_property_readonly("encodes", &ForwardRegistry::encodes);
+  m.def("install_op", &install_op);
   m.attr("FORWARD_SOURCES") = py::dict(
       py::arg("q") = static_cast<int>(kFwdQ), py::arg("k") = static_cast<int>(kFwdK),
       py::arg("v") = static_cast<int>(kFwdV), py::arg("o") = static_cast<int>(kFwdO),
