@@ -147,7 +147,7 @@ def test_caption_names_the_native_decode_launch() -> None:
     assert "FLASHREPRO_NATIVE" not in gt.caption(plain)
     native = _results(synthetic_group("eager", 1, 3, rng), "d1")
     native["env"]["native_decode"] = True
-    assert "eager decode calls launched from C++: FLASHREPRO_NATIVE=1" in gt.caption(native)
+    assert "eager attention calls launched from C++: FLASHREPRO_NATIVE=1" in gt.caption(native)
     static = _results(synthetic_group("static", 1, 3, rng), "d2")
     static["env"]["git_modified"] = True
     merged = gt.caption(gt.merge([native, static]))

@@ -603,6 +603,18 @@ def test_merge_joins_runs_of_one_setup_and_refuses_others() -> None:
         tables.merge([eager])
 
 
+def test_caption_names_the_native_launch() -> None:
+    """A run with flashrepro.native switched on says so, and a merge says which runs did."""
+    native = _part("compile", ("frepro", "sdpa-flash"), "d1")
+    native["env"]["native_decode"] = True
+    note = "attention calls launched from C++ after their first: FLASHREPRO_NATIVE=1"
+    assert note in tables.results_caption(native)
+    assert "C++" not in tables.results_caption(_part("eager", ("frepro",), "d2"))
+    merged = tables.results_caption(tables.merge([native, _part("eager", ("frepro",), "d2")]))
+    assert f"d1 (commit abc, {tables.NATIVE_NOTE})" in merged
+    assert "d2 (commit abc)" in merged
+
+
 @pytest.mark.parametrize("breakage", ["no rows", "row without mode", "env not a dict",
                                       "not JSON", "a list", "unknown mode"])
 def test_merge_of_a_malformed_file_names_it(tmp_path: Path, breakage: str,

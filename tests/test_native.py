@@ -1,11 +1,14 @@
 """flashrepro.native: plan hits launched from C++ (csrc/plan_launch.cpp).
 
 On the GPU: DynamicCache-like decodes (the cache grows by a key per call) through
-transformers' attention function, where a call whose plan Python made before launches from
-C++ (the registry's launch count says which did), each output against a float64 reference
-with its memory NaN-poisoned first and bit for bit against the Python path's; and the calls
-the extension must hand back to Python, each by name. On the CPU: the switch, a failed build,
-registration of CPU tensors, and the extension's parameter names against the kernel's."""
+transformers' attention function, and equal-length prefills through it and through
+``torch.ops.flashrepro.attention_bshd`` (eager and in a compiled graph), where a call whose
+plan Python made before launches from C++ (the registries' launch counts say which did), each
+output against a reference with its memory NaN-poisoned first and bit for bit against the
+Python path's; the calls the extension must hand back to Python, each by name; the op's
+Python errors through its C++ kernel. On the CPU: the switch, a failed build, registration of
+CPU tensors, the decode's parameter names against the kernel's, and the argument packing and
+TMA descriptor arguments against Triton 3.6's launcher and driver"""
 
 from __future__ import annotations
 

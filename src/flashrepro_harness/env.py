@@ -175,7 +175,7 @@ def capture() -> dict[str, Any]:
         "cudnn": torch.backends.cudnn.version() if torch.cuda.is_available() else None,
         "image_digest": os.environ.get("FLASHREPRO_IMAGE_DIGEST"),
         "flash_attn_4": _version("flash-attn-4"),  # the fa4-cute peer (extra fa4), or None
-        # the decode plan hit launched from C++ (flashrepro.native), switched on
+        # plan hits launched from C++ (flashrepro.native: decode and forward), switched on
         "native_decode": os.environ.get(native.SWITCH) == "1",
         "cpu": cpu(),
         "gpu": None,

@@ -206,12 +206,12 @@ def caption(results: dict[str, Any]) -> str:
             f"{', ' + _NATIVE_NOTE if m.get('native_decode') else ''})"
             for m in results["merged_from"]) + "."
     elif env.get("native_decode"):
-        text += f" frepro's eager decode calls {_NATIVE_NOTE}."
+        text += f" frepro's eager attention calls {_NATIVE_NOTE}."
     return text
 
 
 _NATIVE_NOTE = "launched from C++: FLASHREPRO_NATIVE=1"
-"""How a caption names a run with flashrepro.native's decode launch switched on."""
+"""How a caption names a run with flashrepro.native's launches switched on."""
 
 
 def markdown(results: dict[str, Any]) -> str:

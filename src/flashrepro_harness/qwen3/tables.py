@@ -194,9 +194,16 @@ def results_caption(results: dict[str, Any]) -> str:
                  "row's ms.")
     if results.get("merged_from"):
         text += " Rows from runs " + "; ".join(
-            f"{m['modes']} at {m['date']} (commit {m.get('git_commit') or '?'})"
+            f"{m['modes']} at {m['date']} (commit {m.get('git_commit') or '?'}"
+            f"{', ' + NATIVE_NOTE if m.get('native_decode') else ''})"
             for m in results["merged_from"]) + "."
+    elif results["env"].get("native_decode"):
+        text += f" frepro's attention calls {NATIVE_NOTE}."
     return text
+
+
+NATIVE_NOTE = "launched from C++ after their first: FLASHREPRO_NATIVE=1"
+"""How a caption names a run with :mod:`flashrepro.native` switched on."""
 
 
 def markdown(results: dict[str, Any]) -> str:
@@ -326,5 +333,6 @@ def merge(parts: list[dict[str, Any]], names: list[str] | None = None) -> dict[s
             "errors": {k: v for p in parts for k, v in p["errors"].items()},
             "skipped": {k: v for p in parts for k, v in p["skipped"].items()},
             "merged_from": [{"date": p["env"].get("date"), "git_commit": p["env"].get(
-                "git_commit"), "modes": sorted({r["mode"] for r in p["rows"]})}
+                "git_commit"), "modes": sorted({r["mode"] for r in p["rows"]}),
+                "native_decode": bool(p["env"].get("native_decode"))}
                 for p in parts]}
