@@ -35,7 +35,9 @@ first|one)
     --gen-modes eager --gen-rounds 5 --out "$OUT/generate-eager" > "$OUT/generate-eager.log" 2>&1
   echo "generate eager (no FA4) rc=$? [$(($(date +%s) - start)) s]"
   tail -16 "$OUT/generate-eager.log"
-  rm -f "$OUT"/*/*.png ;;
+  rm -f "$OUT"/*/*.png
+  # the device returns at most 8 files: the result folders as one archive
+  (cd "$OUT" && tar czf results.tgz */ && rm -rf -- */) ;;
 generate)
   PYTHONPATH=src:.:$(bash lab/2026-12-02-gate-fails-closed/fa4_site.sh install "$2")
   export PYTHONPATH FLASHREPRO_NATIVE=1
