@@ -336,7 +336,7 @@ def test_pack_forward_as_tritons_launcher():
 def test_forward_add_refuses_cpu_tensors(registry):
     q = torch.randn(1, 16, 64, 128)
     with pytest.raises(RuntimeError, match="plain 4-D CUDA tensors"):
-        native._FORWARD.add(q, q, q, True, None, True, "top_left", True, [1], [1], [1], None,
+        native._FORWARD.add(q, q, q, True, None, True, "top_left", True, True, [1], [1], [1], None,
                             1, [1, 1, 1], 4, 0, False, False, [0], [], [], 0, None, None, None)
 
 
@@ -348,12 +348,15 @@ def _prefill(b: int, h: int, h_kv: int, length: int, d: int, dtype: torch.dtype)
     return q, k, v
 
 
-def _forward_python(q, k, v, causal, alignment="bottom_right", return_lse=False):
+def _forward_python(q, k, v, causal, alignment="bottom_right", return_lse=False, bshd=True,
+                    lse=False):
+    """The Python path's o (with ``lse``: (o, lse)) of the call the extension serves."""
     from flashrepro import launch
 
-    return launch.forward(q, k, v, causal=causal, scale=None, enable_gqa=True,
-                          causal_alignment=alignment, return_lse=return_lse, config=None,
-                          out=None, bshd=True)[0]
+    out = launch.forward(q, k, v, causal=causal, scale=None, enable_gqa=True,
+                         causal_alignment=alignment, return_lse=return_lse, config=None,
+                         out=None, bshd=bshd)
+    return out if lse else out[0]
 
 
 _FORWARD_CASES = [  # Qwen3's prefill shapes (the ws kernel; 4x4096 with its tile counter),
@@ -388,6 +391,16 @@ def test_forward_launches_natively(use_forward, b, h, h_kv, length, d, dtype, ca
         assert use_forward.launches == before + (call > 0), call
         assert o.stride() == _forward_python(q, k, v, causal, "top_left", True).stride()
         assert torch.equal(o, _forward_python(q, k, v, causal, "top_left", True))
+        want = _forward_python(q, k, v, causal, "top_left", True, bshd=False, lse=True)
+        for name in ("attention", "attention_lse"):  # one plan: o (B, H, L, D), the LSE stored
+            before = use_forward.launches
+            got = getattr(torch.ops.flashrepro, name)(q, k, v, causal, None, True, "top_left",
+                                                      None)
+            assert use_forward.launches == before + (call > 0 or name != "attention"), name
+            if name == "attention":
+                assert got.is_contiguous() and torch.equal(got, want[0])
+            else:
+                assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])
 
 
 @pytest.mark.gpu
@@ -454,9 +467,12 @@ def test_forward_calls_handed_back_to_python(use_forward, monkeypatch):
 
 @pytest.mark.gpu
 def test_compiled_op_launches_natively(use_forward):
-    """In a compiled graph ``torch.ops.flashrepro.attention_bshd`` dispatches to the
-    extension's CUDA kernel: after the op's Python kernel registered the plan (its first
-    call), the graph's calls launch from C++, bit for bit the Python path's output."""
+    """In a compiled graph ``torch.ops.flashrepro.attention_bshd`` (transformers' call) and
+    ``flashrepro.attention`` (``torch.ops.flashrepro.attention``) dispatch to the extension's
+    CUDA kernels: after the op's Python kernel registered the plan (its first call), the
+    graph's calls launch from C++, bit for bit the Python path's output."""
+    import flashrepro
+
     torch._dynamo.reset()
 
     def layer(q, k, v):
@@ -464,16 +480,21 @@ def test_compiled_op_launches_natively(use_forward):
                                                 "bottom_right", None)
         return o.transpose(1, 2) + 1.0
 
-    compiled = torch.compile(layer, fullgraph=True, dynamic=False)
-    served = 0
-    for _ in range(4):
-        q, k, v = _prefill(1, 16, 8, 1024, 128, torch.bfloat16)
-        before = use_forward.launches
-        out = compiled(q, k, v)
-        served += use_forward.launches - before
-        want = _forward_python(q * 1.0, k, v, True, "bottom_right", True).transpose(1, 2) + 1.0
-        assert torch.equal(out, want)
-    assert served >= 3, f"the extension launched {served} of the graph's 4 calls"
+    def public(q, k, v):
+        return flashrepro.attention(q * 1.0, k, v, causal=True, enable_gqa=True) + 1.0
+
+    for fn, bshd in ((layer, True), (public, False)):
+        compiled = torch.compile(fn, fullgraph=True, dynamic=False)
+        served = 0
+        for _ in range(4):
+            q, k, v = _prefill(1, 16, 8, 1024, 128, torch.bfloat16)
+            before = use_forward.launches
+            out = compiled(q, k, v)
+            served += use_forward.launches - before
+            want = _forward_python(q * 1.0, k, v, True, "bottom_right" if bshd else "top_left",
+                                   True, bshd=bshd)
+            assert torch.equal(out, (want.transpose(1, 2) if bshd else want) + 1.0)
+        assert served >= 3, f"{fn.__name__}: the extension launched {served} of 4 calls"
 
 
 @pytest.mark.gpu

@@ -88,9 +88,11 @@ def _load() -> Any | None:
         _SOURCES.update(module.SOURCES)
         _FORWARD_SOURCES.update(module.FORWARD_SOURCES)
         _FORWARD = module.ForwardRegistry(knobs.runtime)
-        from flashrepro import ops  # imported by every caller: the op's Python kernel
+        from flashrepro import ops  # imported by every caller: the ops' Python kernels
 
-        module.install_op(_FORWARD, ops._attention_bshd)
+        module.install_op(_FORWARD, {"attention": ops._attention,
+                                     "attention_lse": ops._attention_lse,
+                                     "attention_bshd": ops._attention_bshd})
         return module.DecodeRegistry(knobs.runtime)
     except Exception as error:  # a missing compiler or header: the Python path still runs
         warnings.warn(f"flashrepro: {SWITCH}=1 but the native launch did not build "
@@ -144,11 +146,11 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
 
 def remember_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                      scale: float | None, enable_gqa: bool, causal_alignment: str,
-                     return_lse: bool) -> bool:
+                     return_lse: bool, bshd: bool = True) -> bool:
     """Register with :func:`forward_registry` the plan that a Python call of these arguments
     (``launch.forward(q, k, v, causal=causal, scale=scale, enable_gqa=enable_gqa,
     causal_alignment=causal_alignment, return_lse=return_lse, config=None, out=None,
-    bshd=True)``) made; whether one was registered. Plans the extension cannot serve (inputs
+    bshd=bshd)``) made; whether one was registered. Plans the extension cannot serve (inputs
     read through contiguous copies, a kernel with scratch memory or clusters, a CUDA-graph
     capture, a Triton launch hook, parameters its packing lacks) register nothing."""
     native = forward_registry()
@@ -156,7 +158,7 @@ def remember_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
             or not hooks_idle() or scale.__class__ not in (float, type(None))):
         return False
     key = launch._signature(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse,
-                            None, None, True)
+                            None, None, bshd)
     plan = launch._PLANS.get(key) if key is not None else None
     if plan is None or plan.direct is None or plan.contiguous_q or plan.contiguous_kv:
         return False
@@ -177,7 +179,7 @@ def remember_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     if packing is None:
         return False
     packed, pointers, descriptors = packing
-    native.add(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse,
+    native.add(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse, bshd,
                list(plan.out_shape), list(plan.out_stride), list(plan.lse_shape),
                plan.lse_dummy, direct.function, list(plan.grid), compiled.metadata.num_warps,
                compiled.metadata.shared, direct.pdl, direct.cooperative, packed, pointers,

@@ -66,30 +66,41 @@ def _attention_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bo
                    config: str | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(o, lse): o (B, H, Lq, D) contiguous in q's dtype, lse (B, H, Lq) float32, the
     natural-log log-sum-exp of each row's scaled, masked scores. Arguments and errors are
-    :func:`flashrepro.attention`'s; ``config`` a label, a name or None."""
-    return _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config)
+    :func:`flashrepro.attention`'s; ``config`` a label, a name or None.
+
+    With ``FLASHREPRO_NATIVE=1`` each op's CUDA kernel is C++ (:mod:`flashrepro.native`, built
+    at the first call of an op): a plan hit launches with no Python frame (in a compiled graph
+    the op is otherwise a layer's one call whose body is Python), and any other call comes to
+    the op's kernel here, whose plan is then registered with it."""
+    return _native_forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, False)
 
 
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                scale: float | None, enable_gqa: bool, causal_alignment: str,
                config: str | None) -> torch.Tensor:
-    return _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config)[0]
+    return _native_forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config,
+                           False)[0]
 
 
 def _attention_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                     scale: float | None, enable_gqa: bool, causal_alignment: str,
                     config: str | None) -> torch.Tensor:
     """o as :func:`_attention`'s, in a (B, Lq, H, D) buffer (returned as its (B, H, Lq, D)
-    transposed view), which the kernel writes from a launch plan of its own.
+    transposed view), which the kernel writes from a launch plan of its own."""
+    return _native_forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config,
+                           True)[0]
 
-    With ``FLASHREPRO_NATIVE=1`` the op's CUDA kernel is C++ (:mod:`flashrepro.native`, built
-    at the first call here): a plan hit launches with no Python frame (in a compiled graph
-    this op is otherwise the layer's one call whose body is Python), and any other call comes
-    here, whose plan is then registered with it."""
-    o = _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, True)[0]
+
+def _native_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+                    scale: float | None, enable_gqa: bool, causal_alignment: str,
+                    config: str | None, bshd: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_forward`, then its plan registered with :mod:`flashrepro.native` where that is
+    switched on (the first such call builds it)."""
+    o, lse = _forward(q, k, v, causal, scale, enable_gqa, causal_alignment, config, bshd)
     if config is None and q.is_cuda and native.forward_registry() is not None:
-        native.remember_forward(q, k, v, causal, scale, enable_gqa, causal_alignment, True)
-    return o
+        native.remember_forward(q, k, v, causal, scale, enable_gqa, causal_alignment, True,
+                                bshd)
+    return o, lse
 
 
 def _check(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,

@@ -7,11 +7,12 @@
 // split count and Triton specialization of the caches' strides and length, the compiled decode
 // kernel with its packed arguments.
 //
-// ForwardRegistry: the equal-length forward with its output born (B, Lq, H, D), the call of
-// torch.ops.flashrepro.attention_bshd in a compiled graph (the op's CUDA kernel is then this
-// file's: install_op) and of transformers' eager prefill. It holds Python's launch plans (launch.forward, keyed by launch._signature with config None,
-// out None and bshd) whose kernel it can launch: the arguments packed once, each TMA descriptor
-// encoded per base address as Triton's fill_tma_descriptor encodes it.
+// ForwardRegistry: the equal-length forward with a new output, the call of
+// torch.ops.flashrepro.attention, attention_lse and attention_bshd in a compiled graph (their
+// CUDA kernels are then this file's: install_op) and of transformers' eager prefill. It holds
+// Python's launch plans (launch.forward, keyed by launch._signature with config None and out
+// None) whose kernel it can launch: the arguments packed once, each TMA descriptor encoded per
+// base address as Triton's fill_tma_descriptor encodes it.
 //
 // A call that matches a plan in every fact Python's plan hit checks launches here: the checks,
 // the outputs' allocation, the argument packing and cuLaunchKernelEx, with no Python frame.
@@ -464,12 +465,12 @@ struct Descriptor {
 };
 
 struct ForwardPlan {
-  // the signature: launch._signature's key with config None, out None and bshd
+  // the signature: launch._signature's key with config None and out None
   std::array<at::ScalarType, 3> dtypes{};
   int device = 0;
   std::array<std::array<int64_t, 4>, 3> sizes{}, strides{};  // q, k, v
   std::array<bool, 3> aligned{};
-  bool causal = false, enable_gqa = false, return_lse = false, has_scale = false;
+  bool causal = false, enable_gqa = false, return_lse = false, bshd = false, has_scale = false;
   double scale = 0.0;
   std::string causal_alignment;
   std::optional<std::string> mma;
@@ -530,18 +531,20 @@ class ForwardRegistry {
       PyErr_Clear();
       return py::none();
     }
-    std::optional<at::Tensor> o =
+    std::optional<std::pair<at::Tensor, at::Tensor>> out =
         serve(*qp, *kp, *vp, *causal, scale_value, *enable_gqa,
-              std::string_view(text, static_cast<size_t>(length)), *return_lse);
-    if (!o) return py::none();
-    return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(*o)));
+              std::string_view(text, static_cast<size_t>(length)), *return_lse, true);
+    if (!out) return py::none();
+    return py::reinterpret_steal<py::object>(THPVariable_Wrap(std::move(out->first)));
   }
 
-  // forward's launch for tensors the caller found plain (the GIL held: Triton's hooks are
-  // read); nullopt where it is not a plan hit.
-  std::optional<at::Tensor> serve(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                  bool causal, std::optional<double> scale, bool enable_gqa,
-                                  std::string_view alignment, bool return_lse) {
+  // (o, lse) of a plan hit of launch.forward(..., config=None, out=None, bshd=bshd) for
+  // tensors the caller found plain (the GIL held: Triton's hooks are read), lse the unwritten
+  // dummy without return_lse; nullopt where it is not a plan hit.
+  std::optional<std::pair<at::Tensor, at::Tensor>> serve(
+      const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+      std::optional<double> scale, bool enable_gqa, std::string_view alignment,
+      bool return_lse, bool bshd) {
     if (plans_.empty() || !hooks_idle(knobs_)) return std::nullopt;
     bool has_scale = scale.has_value();
     double scale_value = scale.value_or(0.0);
@@ -550,7 +553,7 @@ class ForwardRegistry {
     bool mma_read = false;
     for (ForwardPlan& p : plans_) {
       if (p.causal != causal || p.enable_gqa != enable_gqa || p.return_lse != return_lse
-          || p.has_scale != has_scale || (has_scale && p.scale != scale_value)
+          || p.bshd != bshd || p.has_scale != has_scale || (has_scale && p.scale != scale_value)
           || p.causal_alignment != alignment || !same_tensor_facts(p, 0, q)
           || !same_tensor_facts(p, 1, k) || !same_tensor_facts(p, 2, v))
         continue;
@@ -593,12 +596,12 @@ class ForwardRegistry {
     }
     launch(plan->kernel, *current, params.data(), "forward");
     ++launches_;
-    return o;
+    return std::make_pair(std::move(o), std::move(lse));
   }
 
   // Register a plan Python made for a call of these arguments (see forward's rules).
   void add(py::handle q_obj, py::handle k_obj, py::handle v_obj, bool causal, py::handle scale,
-           bool enable_gqa, std::string causal_alignment, bool return_lse,
+           bool enable_gqa, std::string causal_alignment, bool return_lse, bool bshd,
            std::vector<int64_t> out_sizes, std::vector<int64_t> out_strides,
            std::vector<int64_t> lse_sizes, std::optional<at::Tensor> lse_dummy,
            uintptr_t function, std::array<unsigned, 3> grid, unsigned num_warps,
@@ -632,6 +635,7 @@ class ForwardRegistry {
     p.causal = causal;
     p.enable_gqa = enable_gqa;
     p.return_lse = return_lse;
+    p.bshd = bshd;
     p.has_scale = !scale.is_none();
     p.scale = p.has_scale ? PyFloat_AS_DOUBLE(scale.ptr()) : 0.0;
     p.causal_alignment = std::move(causal_alignment);
@@ -674,7 +678,7 @@ class ForwardRegistry {
       if (old.dtypes == p.dtypes && old.device == p.device && old.sizes == p.sizes
           && old.strides == p.strides && old.aligned == p.aligned && old.causal == p.causal
           && old.enable_gqa == p.enable_gqa && old.return_lse == p.return_lse
-          && old.has_scale == p.has_scale && old.scale == p.scale
+          && old.bshd == p.bshd          && old.has_scale == p.has_scale && old.scale == p.scale
           && old.causal_alignment == p.causal_alignment && old.mma == p.mma) {
         old = std::move(p);
         return;
@@ -717,15 +721,18 @@ class ForwardRegistry {
 };
 
 
-// torch.ops.flashrepro.attention_bshd's CUDA kernel, once Python installs it (install_op):
-// a plan hit of the forward registry launches here, with no Python frame; any other call
-// goes to the op's Python kernel, which checks it, launches it and registers its plan. The
-// Python kernel (CompositeExplicitAutograd) keeps every other device. Its errors reach the
-// caller as Python raised them (a ValueError stays a ValueError).
+// The CUDA kernels of torch.ops.flashrepro.attention, attention_lse and attention_bshd, once
+// Python installs them (install_op): a plan hit of the forward registry launches here, with
+// no Python frame; any other call goes to the op's Python kernel, which checks it, launches
+// it and registers its plan. The Python kernels (CompositeExplicitAutograd) keep every other
+// device. Their errors reach the caller as Python raised them (a ValueError stays one).
+enum OpKind : int { kAttention = 0, kAttentionLse, kAttentionBshd, kOps };
+constexpr const char* kOpNames[kOps] = {"attention", "attention_lse", "attention_bshd"};
+
 struct Op {
   ForwardRegistry* registry = nullptr;
-  py::object* owner = nullptr;     // the registry's Python object, kept alive
-  py::object* fallback = nullptr;  // the op's Python kernel
+  py::object* owner = nullptr;                // the registry's Python object, kept alive
+  std::array<py::object*, kOps> fallbacks{};  // the ops' Python kernels
 };
 
 Op& op_state() {
@@ -733,24 +740,30 @@ Op& op_state() {
   return state;
 }
 
-at::Tensor attention_bshd_cuda(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                               bool causal, std::optional<double> scale, bool enable_gqa,
-                               c10::string_view causal_alignment,
-                               std::optional<c10::string_view> config) {
+// The op's outputs: a plan hit's (o, lse), else its Python kernel's (lse undefined for the
+// ops that return o alone).
+std::pair<at::Tensor, at::Tensor> run_op(OpKind kind, const at::Tensor& q, const at::Tensor& k,
+                                         const at::Tensor& v, bool causal,
+                                         std::optional<double> scale, bool enable_gqa,
+                                         c10::string_view causal_alignment,
+                                         std::optional<c10::string_view> config) {
   py::gil_scoped_acquire gil;  // the registry reads Triton's hooks; the fallback is Python
   const Op& state = op_state();
   if (!config && usable(q) && usable(k) && usable(v)) {
-    std::optional<at::Tensor> o = state.registry->serve(
+    // every op stores the LSE (ops._forward)
+    std::optional<std::pair<at::Tensor, at::Tensor>> out = state.registry->serve(
         q, k, v, causal, scale, enable_gqa,
-        std::string_view(causal_alignment.data(), causal_alignment.size()), true);
-    if (o) return *o;
+        std::string_view(causal_alignment.data(), causal_alignment.size()), true,
+        kind == kAttentionBshd);
+    if (out) return std::move(*out);
   }
   try {
     std::optional<std::string> config_text;
     if (config) config_text = std::string(*config);
-    py::object o = (*state.fallback)(q, k, v, causal, scale, enable_gqa,
-                                     std::string(causal_alignment), config_text);
-    return o.cast<at::Tensor>();
+    py::object out = (*state.fallbacks[kind])(q, k, v, causal, scale, enable_gqa,
+                                              std::string(causal_alignment), config_text);
+    if (kind == kAttentionLse) return out.cast<std::pair<at::Tensor, at::Tensor>>();
+    return {out.cast<at::Tensor>(), at::Tensor()};
   } catch (py::error_already_set& error) {
     error.restore();
     python_error raised;
@@ -759,19 +772,46 @@ at::Tensor attention_bshd_cuda(const at::Tensor& q, const at::Tensor& k, const a
   }
 }
 
-// Make attention_bshd_cuda the op's CUDA kernel, serving ``registry`` (a ForwardRegistry)
-// and falling back to ``fallback`` (the op's Python kernel). Later calls replace both.
-void install_op(py::object registry, py::object fallback) {
+template <OpKind kind>
+at::Tensor output_op(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+                     std::optional<double> scale, bool enable_gqa,
+                     c10::string_view causal_alignment, std::optional<c10::string_view> config) {
+  return run_op(kind, q, k, v, causal, scale, enable_gqa, causal_alignment, config).first;
+}
+
+std::tuple<at::Tensor, at::Tensor> attention_lse_cuda(
+    const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, bool causal,
+    std::optional<double> scale, bool enable_gqa, c10::string_view causal_alignment,
+    std::optional<c10::string_view> config) {
+  auto [o, lse] = run_op(kAttentionLse, q, k, v, causal, scale, enable_gqa, causal_alignment,
+                         config);
+  return {std::move(o), std::move(lse)};
+}
+
+// Make this file's kernels the three ops' CUDA kernels, serving ``registry`` (a
+// ForwardRegistry) and falling back to ``fallbacks`` (each op's Python kernel, by op name).
+// Later calls replace both.
+void install_op(py::object registry, py::dict fallbacks) {
   Op& state = op_state();
+  std::array<py::object*, kOps> next{};
+  for (int i = 0; i < kOps; ++i) {
+    TORCH_CHECK(fallbacks.contains(kOpNames[i]), "install_op: no Python kernel of ",
+                kOpNames[i]);
+    next[i] = new py::object(fallbacks[kOpNames[i]]);
+  }
   state.registry = registry.cast<ForwardRegistry*>();
   delete state.owner;
-  delete state.fallback;
   state.owner = new py::object(std::move(registry));
-  state.fallback = new py::object(std::move(fallback));
+  for (int i = 0; i < kOps; ++i) {
+    delete state.fallbacks[i];
+    state.fallbacks[i] = next[i];
+  }
   static torch::Library* library = [] {  // never destroyed, as the dispatcher's own
     auto* lib = new torch::Library(torch::Library::IMPL, "flashrepro", c10::DispatchKey::CUDA,
                                    __FILE__, __LINE__);
-    lib->impl("attention_bshd", TORCH_FN(attention_bshd_cuda));
+    lib->impl("attention", TORCH_FN(output_op<kAttention>));
+    lib->impl("attention_lse", TORCH_FN(attention_lse_cuda));
+    lib->impl("attention_bshd", TORCH_FN(output_op<kAttentionBshd>));
     return lib;
   }();
   (void)library;
