@@ -463,6 +463,24 @@ def test_forward_calls_handed_back_to_python(use_forward, monkeypatch):
             assert use_forward.forward(q, k, v, True, None, *flags) is None, "a capture"
     assert use_forward.launches == launches
     assert use_forward.forward(q, k, v, True, None, *flags) is not None
+    launch.clear_plans()  # a changed kernel choice must be consulted: no plan outlives it
+    assert use_forward.plans == 0 and use_forward.forward(q, k, v, True, None, *flags) is None
+
+
+def test_clear_plans_empties_the_registries(registry):
+    """launch.clear_plans() calls the hook the build registered (both registries' clear)."""
+    from flashrepro import launch
+
+    cleared = []
+    hook = launch.CLEAR_HOOKS["native"]
+    assert hook.__closure__ is not None and native._FORWARD in [
+        c.cell_contents for c in hook.__closure__]
+    launch.CLEAR_HOOKS["spy"] = lambda: cleared.append(True)
+    try:
+        launch.clear_plans()
+    finally:
+        del launch.CLEAR_HOOKS["spy"]
+    assert cleared == [True] and native._FORWARD.plans == 0
 
 
 @pytest.mark.gpu

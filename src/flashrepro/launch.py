@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -191,11 +192,17 @@ def _stream_buffers(call: KernelCall, device: torch.device
 
 
 _PLANS: dict[tuple[Any, ...], LaunchPlan] = {}
+CLEAR_HOOKS: dict[str, Callable[[], None]] = {}
+"""What :func:`clear_plans` calls besides: caches of plans made here kept elsewhere
+(:mod:`flashrepro.native`'s registries), by owner."""
 
 
 def clear_plans() -> None:
-    """Forget every launch plan."""
+    """Forget every launch plan, those :data:`CLEAR_HOOKS` keep too: the next call of each
+    signature takes the full path (and a kernel choice changed since is consulted)."""
     _PLANS.clear()
+    for hook in CLEAR_HOOKS.values():
+        hook()
 
 
 def plan_count() -> int:

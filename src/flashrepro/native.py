@@ -53,6 +53,8 @@ _FORWARD_SOURCES: dict[str, int] = {}
 """The forward's per-call value sources (its ``FORWARD_SOURCES``): q, k, v, o, lse, counters,
 scratch."""
 
+MAX_SLOTS = 64
+"""Parameter slots a registered plan may take (the extension's ``kMaxSlots``)."""
 _PACK = {"i1": "<b", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q", "u1": "<B",
          "u8": "<B", "u16": "<H", "u32": "<I", "u64": "<Q", "fp32": "<f", "f32": "<f",
          "fp64": "<d"}
@@ -93,12 +95,22 @@ def _load() -> Any | None:
         module.install_op(_FORWARD, {"attention": ops._attention,
                                      "attention_lse": ops._attention_lse,
                                      "attention_bshd": ops._attention_bshd})
-        return module.DecodeRegistry(knobs.runtime)
+        decode = module.DecodeRegistry(knobs.runtime)
+        launch.CLEAR_HOOKS["native"] = _clear_both(decode, _FORWARD)
+        return decode
     except Exception as error:  # a missing compiler or header: the Python path still runs
         warnings.warn(f"flashrepro: {SWITCH}=1 but the native launch did not build "
                       f"({type(error).__name__}: {error}); every call takes the Python path",
                       RuntimeWarning, stacklevel=3)
         return None
+
+
+def _clear_both(decode: Any, forward: Any) -> Any:
+    """A hook for :data:`flashrepro.launch.CLEAR_HOOKS` that empties both registries."""
+    def clear() -> None:
+        decode.clear()
+        forward.clear()
+    return clear
 
 
 def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
@@ -179,6 +191,8 @@ def remember_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     if packing is None:
         return False
     packed, pointers, descriptors = packing
+    if len(packed) > MAX_SLOTS:
+        return False
     native.add(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse, bshd,
                list(plan.out_shape), list(plan.out_stride), list(plan.lse_shape),
                plan.lse_dummy, direct.function, list(plan.grid), compiled.metadata.num_warps,
@@ -210,6 +224,8 @@ def pack_forward(signature: dict[str, str], values: list[Any],
     pointers: list[tuple[int, int]] = []
     descriptors: list[tuple[Any, ...]] = []
     for index, ((_, ty), value) in enumerate(zip(signature.items(), values, strict=True)):
+        if not isinstance(ty, str):  # a tuple parameter, flattened by Triton's launcher
+            return None
         if ty == "constexpr":
             continue
         if ty.startswith("tensordesc"):

@@ -58,7 +58,7 @@ namespace py = pybind11;
 namespace {
 
 constexpr int64_t kInt32Limit = int64_t{1} << 31;
-constexpr int kMaxSlots = 64;
+constexpr int kMaxSlots = 64;  // flashrepro.native.MAX_SLOTS
 
 // Triton 3.6's specialization of a non-constexpr int, as flashrepro.direct.int_class.
 int int_class(int64_t v) {
@@ -212,6 +212,7 @@ std::optional<CUstream> launch_stream(int device) {
   return stream;
 }
 
+// Launch with the GIL held (released around the driver call).
 void launch(const Kernel& kernel, CUstream stream, void** params, const char* what) {
   CUlaunchAttribute attrs[2];
   unsigned count = 0;
@@ -235,7 +236,11 @@ void launch(const Kernel& kernel, CUstream stream, void** params, const char* wh
   config.attrs = attrs;
   config.numAttrs = count;
   const Driver& drv = driver();
-  CUresult status = drv.launch(&config, kernel.function, params, nullptr);
+  CUresult status;
+  {
+    py::gil_scoped_release release;  // as Triton's launcher: the launch may wait for room
+    status = drv.launch(&config, kernel.function, params, nullptr);
+  }
   if (status != CUDA_SUCCESS) {
     const char* text = "unknown error";
     if (drv.error != nullptr) drv.error(status, &text);
