@@ -528,3 +528,26 @@ def test_op_kernel_passes_python_errors_through(use_forward):
         op(q, k, v, True, None, True, "middle", None)
     with pytest.raises(ValueError, match="config"):
         op(q, k, v, True, None, True, "top_left", "no-such-config")
+
+
+@pytest.mark.parametrize("name", ["attention", "attention_lse", "attention_bshd"])
+def test_op_kernels_fall_back_to_python(registry, device, name):
+    """The extension's CUDA kernel of each op, reached by redispatching CPU tensors to it:
+    no plan serves them, so the op's Python kernel runs (the interpreter here) and its
+    outputs come back, equal to the Python kernel's own; its errors keep their type."""
+    if device.type != "cpu":
+        pytest.skip("the interpreter's case: a GPU runs the kernels natively")
+    op = getattr(torch.ops.flashrepro, name).default
+    assert torch._C._dispatch_has_kernel_for_dispatch_key(f"flashrepro::{name}", "CUDA")
+    cuda = torch._C.DispatchKeySet(torch._C.DispatchKey.CUDA)
+    q = torch.randn(1, 2, 16, 16, dtype=torch.float16)
+    args = (q, q.clone(), q.clone(), True, None, False, "top_left", None)
+    got, want = op.redispatch(cuda, *args), op(*args)
+    if name != "attention_lse":
+        got, want = (got,), (want,)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.stride() == w.stride() and torch.equal(g, w)
+    with pytest.raises(TypeError, match="q has dtype"):
+        op.redispatch(cuda, q.float(), *args[1:])
+    with pytest.raises(ValueError, match="causal_alignment"):
+        op.redispatch(cuda, *args[:6], "middle", None)
