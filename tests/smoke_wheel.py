@@ -110,6 +110,9 @@ def check_native_source() -> None:
 
     assert native.SOURCE.is_file(), f"the wheel lacks {native.SOURCE}"
     assert "PYBIND11_MODULE" in native.SOURCE.read_text()
+    included = {line.split('"')[1] for line in native.SOURCE.read_text().splitlines()
+                if line.startswith('#include "')}
+    assert included <= {h.name for h in native.HEADERS}, f"the wheel lacks {included}"
     print(f"native: {native.SOURCE.name} installed")
 
 

@@ -1,7 +1,7 @@
-"""Plan hits in C++ (``csrc/plan_launch.cpp``) for the two calls a model makes per layer
-where the call's Python is what a step waits on: transformers' eager decode, and the
-equal-length forward with its output born (B, L, H, D) (``torch.ops.flashrepro.attention_bshd``
-in a compiled graph, transformers' eager prefill).
+"""Plan hits in C++ (``csrc/plan_launch.cpp`` and its headers) for the two calls a model
+makes per layer where the call's Python is what a step waits on: transformers' eager decode,
+and the equal-length forward with a new output (``torch.ops.flashrepro.attention``,
+``attention_lse`` and ``attention_bshd`` in a compiled graph, transformers' eager prefill).
 
 A DynamicCache decode step calls the decode kernel once per layer with a new cache length.
 The Python plan hit (:func:`flashrepro.launch_varlen.kvcache_forward`) costs several µs of
@@ -20,6 +20,7 @@ build, a warning names why and the Python path runs.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import struct
 import warnings
@@ -42,6 +43,8 @@ from flashrepro.launch_varlen import _CHECKED_KVCACHE, _IO, _PARAMS, _kvcache_si
 SWITCH = "FLASHREPRO_NATIVE"
 """The environment variable that enables the extension ("1")."""
 SOURCE = Path(__file__).parent / "csrc" / "plan_launch.cpp"
+"""The extension's one translation unit; the headers beside it hold the registries."""
+HEADERS = tuple(sorted(SOURCE.parent.glob("*.h")))
 
 _UNTRIED = object()
 _REGISTRY: Any = _UNTRIED
@@ -84,9 +87,11 @@ def _load() -> Any | None:
         from triton import knobs
 
         global _FORWARD
+        # torch's build cache hashes the sources alone: the headers' digest in a flag
+        digest = hashlib.sha256(b"".join(h.read_bytes() for h in HEADERS)).hexdigest()[:16]
         module = load(name="flashrepro_plan_launch", sources=[str(SOURCE)],
                       extra_include_paths=[str(Path(nvidia.__file__).parent / "include")],
-                      extra_cflags=["-O3"], verbose=False)
+                      extra_cflags=["-O3", f"-DFLASHREPRO_HEADERS_{digest}"], verbose=False)
         _SOURCES.update(module.SOURCES)
         _FORWARD_SOURCES.update(module.FORWARD_SOURCES)
         _FORWARD = module.ForwardRegistry(knobs.runtime)
