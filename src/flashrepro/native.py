@@ -118,6 +118,18 @@ def _clear_both(decode: Any, forward: Any) -> Any:
     return clear
 
 
+def _registrable(q: torch.Tensor) -> bool:
+    """Whether a plan of a call on ``q`` may be registered now: on a GPU, outside a CUDA-graph
+    capture, with no Triton launch hook (the extension hands every other call back)."""
+    return q.is_cuda and not torch.cuda.is_current_stream_capturing() and hooks_idle()
+
+
+def _launchable(direct: Any) -> bool:
+    """Whether the extension can launch ``direct``'s kernel (a DirectLaunch): one CTA per
+    cluster and a function handle."""
+    return getattr(direct.compiled.metadata, "num_ctas", 1) == 1 and bool(direct.function)
+
+
 def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
              scale: float | None) -> bool:
     """Register with :func:`registry` the plan that a Python call of these arguments
@@ -126,8 +138,7 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     Calls whose plan the extension cannot serve (a kernel with scratch memory or clusters, a
     CUDA-graph capture, a Triton launch hook, types its packing lacks) register nothing."""
     native = registry()
-    if (native is None or not q.is_cuda or torch.cuda.is_current_stream_capturing()
-            or not hooks_idle()):  # the extension hands every such call back: no use
+    if native is None or not _registrable(q):
         return False
     key = _kvcache_signature(q, k, v, None, causal, scale, True, None, False, None, True)
     shape = _CHECKED_KVCACHE.get(key) if key is not None else None
@@ -141,7 +152,7 @@ def remember(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         return False
     direct = plan.decode
     compiled = direct.compiled
-    if getattr(compiled.metadata, "num_ctas", 1) != 1 or not direct.function:
+    if not _launchable(direct):
         return False
     tail = (*plan.before, *k.stride(), *plan.between, l_max, *plan.after)
     packing = pack_parameters(compiled.src.signature, dict(zip(_PARAMS[_IO:], tail,
@@ -171,8 +182,7 @@ def remember_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
     read through contiguous copies, a kernel with scratch memory or clusters, a CUDA-graph
     capture, a Triton launch hook, parameters its packing lacks) register nothing."""
     native = forward_registry()
-    if (native is None or not q.is_cuda or torch.cuda.is_current_stream_capturing()
-            or not hooks_idle() or scale.__class__ not in (float, type(None))):
+    if native is None or not _registrable(q) or scale.__class__ not in (float, type(None)):
         return False
     key = launch._signature(q, k, v, causal, scale, enable_gqa, causal_alignment, return_lse,
                             None, None, bshd)
@@ -181,7 +191,7 @@ def remember_forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: 
         return False
     direct = plan.direct
     compiled = direct.compiled
-    if getattr(compiled.metadata, "num_ctas", 1) != 1 or not direct.function:
+    if not _launchable(direct):
         return False
     sources = {i: _FORWARD_SOURCES[name] for i, name in enumerate(("q", "k", "v", "o", "lse"))}
     counters = scratch = None

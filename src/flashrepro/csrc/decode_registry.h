@@ -131,14 +131,8 @@ class DecodeRegistry {
            bool cooperative, std::vector<uint64_t> packed, std::vector<std::array<int, 3>> patches,
            uintptr_t stream, std::optional<at::Tensor> parts,
            std::optional<at::Tensor> locks, py::object owner) {
-    const at::Tensor* qp = plain(q_obj.ptr());
-    const at::Tensor* kp = plain(k_obj.ptr());
-    const at::Tensor* vp = plain(v_obj.ptr());
-    TORCH_CHECK(qp && kp && vp, "DecodeRegistry.add: q, k, v must be plain 4-D CUDA tensors");
-    TORCH_CHECK(packed.size() <= static_cast<size_t>(kMaxSlots), "DecodeRegistry.add: ",
-                packed.size(), " parameter slots, at most ", kMaxSlots);
-    TORCH_CHECK(scale.is_none() || PyFloat_CheckExact(scale.ptr()),
-                "DecodeRegistry.add: scale must be None or a float");
+    auto [qp, kp, vp] =
+        registered_inputs("DecodeRegistry", q_obj, k_obj, v_obj, packed.size(), scale);
     const at::Tensor &q = *qp, &k = *kp, &v = *vp;
     bool has_scale = !scale.is_none();
     double scale_value = has_scale ? PyFloat_AS_DOUBLE(scale.ptr()) : 0.0;

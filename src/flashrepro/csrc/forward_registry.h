@@ -173,17 +173,10 @@ class ForwardRegistry {
                                   std::vector<uint32_t>, int, int>> descriptors,
            uintptr_t stream, std::optional<at::Tensor> counters,
            std::optional<at::Tensor> scratch, py::object owner) {
-    const at::Tensor* qp = plain(q_obj.ptr());
-    const at::Tensor* kp = plain(k_obj.ptr());
-    const at::Tensor* vp = plain(v_obj.ptr());
-    TORCH_CHECK(qp && kp && vp, "ForwardRegistry.add: q, k, v must be plain 4-D CUDA tensors");
-    TORCH_CHECK(packed.size() <= static_cast<size_t>(kMaxSlots), "ForwardRegistry.add: ",
-                packed.size(), " parameter slots, at most ", kMaxSlots);
-    TORCH_CHECK(scale.is_none() || PyFloat_CheckExact(scale.ptr()),
-                "ForwardRegistry.add: scale must be None or a float");
+    std::array<const at::Tensor*, 3> inputs =
+        registered_inputs("ForwardRegistry", q_obj, k_obj, v_obj, packed.size(), scale);
     TORCH_CHECK(return_lse || lse_dummy, "ForwardRegistry.add: no LSE argument");
     ForwardPlan p;
-    const at::Tensor* inputs[3] = {qp, kp, vp};
     for (int i = 0; i < 3; ++i) {
       const at::Tensor& t = *inputs[i];
       p.dtypes[i] = t.scalar_type();
@@ -193,7 +186,7 @@ class ForwardRegistry {
         p.strides[i][d] = t.stride(d);
       }
     }
-    p.device = qp->get_device();
+    p.device = inputs[0]->get_device();
     p.causal = causal;
     p.enable_gqa = enable_gqa;
     p.return_lse = return_lse;

@@ -105,6 +105,21 @@ inline bool aligned16(const at::Tensor& t) {
   return (reinterpret_cast<uintptr_t>(t.data_ptr()) & 15) == 0;
 }
 
+// A registry's add(): q, k, v plain tensors, the packed slots within kMaxSlots, the scale
+// None or a float; ``who`` names the registry in the errors.
+inline std::array<const at::Tensor*, 3> registered_inputs(const char* who, py::handle q,
+                                                          py::handle k, py::handle v,
+                                                          size_t slots, py::handle scale) {
+  std::array<const at::Tensor*, 3> inputs{plain(q.ptr()), plain(k.ptr()), plain(v.ptr())};
+  TORCH_CHECK(inputs[0] && inputs[1] && inputs[2], who,
+              ".add: q, k, v must be plain 4-D CUDA tensors");
+  TORCH_CHECK(slots <= static_cast<size_t>(kMaxSlots), who, ".add: ", slots,
+              " parameter slots, at most ", kMaxSlots);
+  TORCH_CHECK(scale.is_none() || PyFloat_CheckExact(scale.ptr()), who,
+              ".add: scale must be None or a float");
+  return inputs;
+}
+
 // Triton's launch enter and exit hooks both do nothing: each None or an empty HookChain
 // (flashrepro.direct.hooks_idle).
 inline bool hooks_idle(const py::object& knobs) {
