@@ -42,6 +42,18 @@ DEVICE = torch.device("cuda" if HAS_GPU else "cpu")
 interpreter (the ``device`` fixture's value, for module-level functions)."""
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """``-n auto`` on a GPU host: ``flashrepro_harness.env.xdist_workers()``, the cores bounded
+    by the GPUs' memory (``-n auto`` alone gave an 80 GiB H100 sixteen workers, which ran it
+    out of memory). Without a GPU, or with ``PYTEST_XDIST_AUTO_NUM_WORKERS`` set, xdist's own
+    count."""
+    if not HAS_GPU or os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None
+    from flashrepro_harness.env import xdist_workers
+
+    return xdist_workers()
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if HAS_GPU:  # the kernels are compiled for the GPU: the interpreter's cases cannot run
         skip = pytest.mark.skip(reason="needs Triton's CPU interpreter (a host without a GPU)")

@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests import conftest
 from tests.conftest import pin_xdist_worker_to_gpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -563,3 +564,23 @@ def test_xdist_workers_by_cores_and_gpu_memory(monkeypatch: pytest.MonkeyPatch, 
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda i: SimpleNamespace(total_memory=int(gib[i] * 2**30)))
     assert env.xdist_workers() == expected
+
+
+@pytest.mark.parametrize(("has_gpu", "env_count", "expected"), [
+    (True, None, 7),      # a GPU host: the memory-bounded count
+    (True, "3", None),    # PYTEST_XDIST_AUTO_NUM_WORKERS set: xdist's own rule reads it
+    (False, None, None),  # no GPU: xdist's count of cores
+])
+def test_auto_workers_bounded_by_gpu_memory(monkeypatch: pytest.MonkeyPatch, has_gpu: bool,
+                                            env_count: str | None,
+                                            expected: int | None) -> None:
+    """``pytest -n auto`` asks tests/conftest.py first (pytest-xdist's
+    ``pytest_xdist_auto_num_workers``): on a GPU host it answers ``env.xdist_workers()``."""
+    from flashrepro_harness import env
+    monkeypatch.setattr(conftest, "HAS_GPU", has_gpu)
+    monkeypatch.setattr(env, "xdist_workers", lambda: 7)
+    if env_count is None:
+        monkeypatch.delenv("PYTEST_XDIST_AUTO_NUM_WORKERS", raising=False)
+    else:
+        monkeypatch.setenv("PYTEST_XDIST_AUTO_NUM_WORKERS", env_count)
+    assert conftest.pytest_xdist_auto_num_workers(None) == expected
