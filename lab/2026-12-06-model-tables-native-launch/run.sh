@@ -8,6 +8,10 @@
 #   variable-length paths and the transformers integration, all with FLASHREPRO_NATIVE=1.
 # generate: `flashrepro model --generate`, eager (FA4 a peer) and static, 5 rounds, switch on.
 # model: `flashrepro model` (prefill, eager and compiled, FA4 a peer), 5 rounds, switch on.
+# Or, in one call where FA4 cannot travel (~6 min on an H200): by the card, on an H200 the
+# eager generate() and the compiled B=1 L=1024 prefill (switch on, no FA4); on another card
+# the whole GPU suite with `-n auto` (the workers bounded by the GPU's memory):
+#   OUT=/tmp/out FLASHREPRO_GIT_COMMIT=<commit> bash lab/2026-12-06-model-tables-native-launch/run.sh short
 # Each call leaves its outputs in $OUT as one archive (the device returns at most 8 files).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
@@ -38,4 +42,21 @@ model)
   echo "model rc=$? [$(($(date +%s) - start)) s]"
   grep -E "^\| (eager|compile)" "$OUT/model/model.md" | cut -c1-120
   (cd "$OUT" && tar czf model.tgz model model.log && rm -rf model) ;;
+short)
+  if ! grep -q H200 "$OUT/gpu.txt"; then
+    FLASHREPRO_NATIVE=0 FLASHREPRO_REQUIRE_GPU=1 timeout 420 python3 -m pytest -q \
+      -p no:cacheprovider -n auto -m gpu tests > "$OUT/gpu_suite.log" 2>&1
+    echo "gpu suite rc=$? [$(($(date +%s) - start)) s]"; grep -m1 "created:" "$OUT/gpu_suite.log"
+    tail -1 "$OUT/gpu_suite.log"; exit 0
+  fi
+  timeout 300 python3 -W ignore -m flashrepro_harness model --generate --gen-modes eager \
+    --gen-impls frepro,sdpa-cudnn,sdpa-flash --gen-rounds 5 --out "$OUT/generate-eager" \
+    > "$OUT/generate-eager.log" 2>&1
+  echo "generate eager rc=$? [$(($(date +%s) - start)) s]"; grep "tok/s" "$OUT/generate-eager.log"
+  timeout 150 python3 -W ignore -m flashrepro_harness model --modes compile \
+    --impls frepro,sdpa-cudnn,sdpa-flash --lengths 1024 --tokens 1024 --no-short --rounds 9 \
+    --out "$OUT/compiled-short" > "$OUT/compiled-short.log" 2>&1
+  echo "compiled short rc=$? [$(($(date +%s) - start)) s]"
+  grep -E "^\| compile" "$OUT/compiled-short/model.md" | cut -c1-120
+  (cd "$OUT" && tar czf short.tgz generate-eager* compiled-short* && rm -rf generate-eager compiled-short) ;;
 esac
