@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from flashrepro_harness import cli
+from flashrepro_harness.paths import checkout_path
 from flashrepro_harness.qwen3 import generate_tables as gt
 
 
@@ -368,3 +369,11 @@ def test_skip_reasons_name_the_cause() -> None:
     assert all(generate.skip_reason(i, "eager") is None for i in gt.GEN_IMPLS)
     assert generate.agreement(torch.tensor([[1, 2, 3, 4]] * 2),
                               torch.tensor([[1, 2, 0, 4], [1, 2, 3, 4]])) == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize(
+    "path", sorted(checkout_path("reproduce", "results").glob("*/generate.json")),
+    ids=lambda p: p.parent.name)
+def test_committed_generate_md_is_the_table_of_generate_json(path: Path) -> None:
+    """reproduce/results/<gpu>/generate.md is generated from the generate.json beside it."""
+    assert path.with_suffix(".md").read_text() == gt.markdown(json.loads(path.read_text()))

@@ -13,7 +13,10 @@ import pytest
 import torch
 
 from flashrepro_harness import cli, qwen3
+from flashrepro_harness.paths import checkout_path
 from flashrepro_harness.qwen3 import build, classify, measure, tables
+
+RESULTS_ROOT = checkout_path("reproduce", "results")
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -667,10 +670,16 @@ def test_merge_exits_1_on_a_row_that_ran_eagerly(tmp_path: Path, inductor_launch
     assert list((tmp_path / "out").rglob("model.md"))
 
 
-def test_committed_model_md_is_the_table_of_model_json() -> None:
+@pytest.mark.parametrize("path", sorted(RESULTS_ROOT.glob("*/model.json")),
+                         ids=lambda p: p.parent.name)
+def test_committed_model_md_is_the_table_of_model_json(path: Path) -> None:
     """reproduce/results/<gpu>/model.md is generated from the model.json beside it: a change
     to the table's code or to the results shows here until both are regenerated."""
+    results = json.loads(path.read_text())
+    assert path.with_suffix(".md").read_text() == tables.markdown(results)
+
+
+def test_committed_model_results_include_the_readmes() -> None:
     from flashrepro_harness.readme import MODEL_RESULTS
 
-    results = json.loads(MODEL_RESULTS.read_text())
-    assert MODEL_RESULTS.with_suffix(".md").read_text() == tables.markdown(results)
+    assert MODEL_RESULTS in set(RESULTS_ROOT.glob("*/model.json"))
