@@ -41,7 +41,9 @@ if [[ -n ${REFERENCE_SRC:-} ]]; then
   export FLASHREPRO_REFERENCE_COMMIT=$REFERENCE_SHA # recorded where git cannot tell
 fi
 export JUDGE_ROOT RESULTS_DIR="$OUT" VERDICT_DIR="$OUT"
-judge() { PYTHONPATH="$JUDGE_ROOT/src" "$@"; }
+# PYTHONSAFEPATH: `python3 -m` would put this checkout's folder first on the path, where a
+# top-level flashrepro_harness/ of the measured commit would stand in for the judge's.
+judge() { PYTHONPATH="$JUDGE_ROOT/src" PYTHONSAFEPATH=1 "$@"; }
 
 # The image's Python has nox and the test extra; without PyPI, bring wheels in .whl/ (ignored
 # by git), made elsewhere with `pip download nox pytest-xdist hypothesis -d .whl`.

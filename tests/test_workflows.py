@@ -524,6 +524,26 @@ def test_script_out_of_sync_fails() -> None:
     assert problems_script_sync(wf, script.replace('"$JUDGE_ROOT/reproduce', '"$PWD/reproduce'))
 
 
+def test_the_script_s_judge_is_not_the_measured_checkout_s(tmp_path: Path) -> None:
+    """ci_steps.sh runs the judge from the measured checkout: `python3 -m` puts the current
+    folder first on the path, where a top-level flashrepro_harness/ would stand in for the
+    judge's gate, unless the judge() it defines keeps it off (PYTHONSAFEPATH)."""
+    import subprocess
+    import sys
+
+    line = next(x for x in GPU_SCRIPT.read_text().splitlines() if x.startswith("judge() {"))
+    fake = tmp_path / "flashrepro_harness"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "__main__.py").write_text("print('the measured checkout judged')\n")
+    script = f'JUDGE_ROOT={ROOT}\n{line}\njudge "{sys.executable}" -m flashrepro_harness --help\n'
+    out = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                         check=False, env={k: v for k, v in os.environ.items()
+                                           if k != "PYTHONPATH"})
+    assert "the measured checkout judged" not in out.stdout
+    assert out.returncode == 0 and "gate" in out.stdout, out.stderr
+
+
 # -- pytest-xdist workers spread over the GPUs (tests/conftest.py) ----------------------------
 
 @pytest.mark.parametrize(("worker", "visible", "count", "expected"), [
