@@ -18,7 +18,15 @@ from hypothesis import strategies as st
 
 from flashrepro_harness.cli import COMMANDS
 from flashrepro_harness.commands import gate as command
-from flashrepro_harness.gate import ExitCode, ResultsError, check, compare, update_baseline
+from flashrepro_harness.gate import (
+    BaselineError,
+    ExitCode,
+    ResultsError,
+    check,
+    compare,
+    stats,
+    update_baseline,
+)
 from flashrepro_harness.gate.baseline import SCHEMA, problem_key
 from flashrepro_harness.gate.inject import ENV_VAR, requested
 from flashrepro_harness.gate.simulate import (
@@ -259,10 +267,17 @@ def test_timing_method_mismatch_exits_3(baseline_dir: Path) -> None:
 @pytest.mark.parametrize("field", ["calls_per_round", "timer", "l2"])
 def test_a_timing_method_stated_on_one_side_only_differs(baseline_dir: Path,
                                                          field: str) -> None:
-    """A results file that leaves a method field out is not taken to match the baseline's."""
+    """A results file that leaves a method field out is refused, paired or not (it does not
+    say how it was timed); a baseline that leaves one out does not match the run's."""
     r = _run(2)
     del r["method"][field]
-    v = check(r, baseline_dir)
+    with pytest.raises(ResultsError, match=f"'method.{field}' must be"):
+        check(r, baseline_dir)
+    path = next(baseline_dir.rglob("*.json"))
+    stored = json.loads(path.read_text())
+    del stored["method"][field]
+    path.write_text(json.dumps(stored))
+    v = check(_run(2), baseline_dir)
     assert v.exit_code == ExitCode.ENV_MISMATCH
     assert [d.field for d in v.env_differences] == [f"method.{field}"]
 
@@ -444,8 +459,39 @@ def test_cli_caps_agree_with_the_statistics() -> None:
     """commands.gate keeps its own copies of the caps (its --help imports no statistics)."""
     from flashrepro_harness.gate import stats
 
-    assert (command.MAX_THRESHOLD, command.MAX_CONFIDENCE) == (stats.MAX_THRESHOLD,
-                                                             stats.MAX_CONFIDENCE)
+    assert (command.MAX_THRESHOLD, command.MIN_CONFIDENCE, command.MAX_CONFIDENCE) == (
+        stats.MAX_THRESHOLD, stats.MIN_CONFIDENCE, stats.MAX_CONFIDENCE)
+
+
+@pytest.mark.parametrize("value", ["0.9", "0.51"])
+def test_a_confidence_below_the_floor_is_refused(value: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A lower confidence narrows the interval and lowers the rounds needed: it passes what
+    the default holds inconclusive, so neither the option nor a baseline may set one."""
+    with pytest.raises(SystemExit):
+        cli_main(["gate", "--results", "r.json", "--confidence", value])
+    assert "--confidence must be in [0.95, 0.99]" in capsys.readouterr().err
+    base_dir = tmp_path / "baselines"
+    update_baseline(_run(11), base_dir)
+    path = next(base_dir.rglob("*.json"))
+    stored = json.loads(path.read_text())
+    stored["gate"]["confidence"] = float(value)
+    path.write_text(json.dumps(stored))
+    with pytest.raises(BaselineError, match="confidence"):
+        check(_run(12), base_dir)
+
+
+def test_a_bimodal_slowdown_is_not_a_pass() -> None:
+    """40 % of rounds three times slower, the rest as fast as their twins: the median's
+    interval stays at 0, but the rank test rejects "at most 2 % slower": inconclusive, not a
+    pass."""
+    rng = np.random.default_rng(5)
+    reference = 30.0 * (1 + 0.002 * rng.standard_normal(200))
+    current = reference.copy()
+    current[rng.permutation(200)[:80]] *= 3.0
+    c = stats.compare_paired(current, reference, record="flashrepro")
+    assert not c.slower and c.ci_high <= c.threshold and c.p_value < 0.025
+    assert c.inconclusive
 
 
 # -- the slowdown test hook (its GPU part runs in scripts/gate_experiment.py) -------------------
@@ -853,7 +899,8 @@ def test_baseline_dir_default_follows_the_environment(monkeypatch: pytest.Monkey
 
 def test_results_of_other_commits_are_refused(tmp_path: Path) -> None:
     """--expect-commit / --expect-reference-commit: a stale or copied results file (an earlier
-    run's, the committed one) is never judged as the job's run."""
+    run's, the committed one) is never judged as the job's run; nor a run paired with itself,
+    nor one whose expected reference did not load."""
     from flashrepro_harness.gate import check_provenance
 
     r = _run(1)
@@ -865,8 +912,13 @@ def test_results_of_other_commits_are_refused(tmp_path: Path) -> None:
             (None, "1234567", "paired reference is commit 'ef45678'")):
         with pytest.raises(ResultsError, match=message):
             check_provenance(r, "results", commit, reference)
+    r["reference"] = {"src": "/tmp/base/src", "commit": "AB12CD3"}
+    with pytest.raises(ResultsError, match="the paired reference is the measured commit"):
+        check_provenance(r, "results", None, None)
     r["reference"] = {"src": "/tmp/base/src", "error": "ImportError: x"}
-    check_provenance(r, "results", None, "ef45678")  # nothing paired: the baseline judges
+    check_provenance(r, "results", None, None)  # nothing paired: the baseline judges (warned)
+    with pytest.raises(ResultsError, match="the reference did not load"):
+        check_provenance(r, "results", None, "ef45678")  # the job meant to pair: refused
     del r["reference"]
     with pytest.raises(ResultsError, match="paired reference is commit None"):
         check_provenance(r, "results", None, "ef45678")

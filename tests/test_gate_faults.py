@@ -432,6 +432,110 @@ def test_case8_readme_check_names_a_missing_file(tmp_path: Path,
     assert str(missing) in err and "Traceback" not in err
 
 
+# -- inputs that passed, or raised, before the gate refused them ---------------------------------
+
+def _baseline_copy(tmp_path: Path, mutate) -> Path:
+    """A copy of the committed baselines with the article problem's file mutated."""
+    bdir = tmp_path / "baselines"
+    shutil.copytree(BASELINES, bdir)
+    path = bdir / BASELINE_FILE.relative_to(BASELINES)
+    content = json.loads(path.read_text())
+    mutate(content)
+    path.write_text(json.dumps(content))
+    return bdir
+
+
+def _everything(data: dict[str, Any], factor: float) -> None:
+    for rec in data["records"]:
+        if "round_medians_us" in rec:
+            _slow(data, rec["name"], factor)
+
+
+@pytest.mark.parametrize("mutate", [
+    pytest.param(lambda d: d["reference"].update(commit=d["env"]["git_commit"]),
+                 id="paired-with-itself"),
+    pytest.param(lambda d: d.pop("method"), id="no-method"),
+    pytest.param(lambda d: d["method"].pop("timer"), id="method-without-timer"),
+    pytest.param(lambda d: d["problem"].update(window=64), id="unknown-problem-field"),
+    pytest.param(lambda d: (d["env"]["gpu"].update(capability=None), _everything(d, 0.12)),
+                 id="capability-null-times-x0.12"),
+    pytest.param(lambda d: (d["env"]["gpu"].update(capability="99.0"), _everything(d, 0.12)),
+                 id="capability-unknown-times-x0.12"),
+    pytest.param(lambda d: (d["env"]["gpu"].update(max_sm_clock_mhz=10**9),
+                            _everything(d, 1e-3)), id="clock-1e9-times-x0.001"),
+    pytest.param(lambda d: _everything(d, 2.5), id="torch-flash-2.5x-its-baseline"),
+    pytest.param(lambda d: d["records"].append(
+        {"name": "fa4-cute (mma.sync)", "failed": "x", "host_us": "abc"}),
+        id="failed-row-host_us-str"),
+])
+def test_inputs_that_cannot_be_judged_are_refused(
+        good: dict[str, Any], tmp_path: Path, mutate,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Each passed (exit 0) or raised a traceback: a run paired with its own commit; one that
+    does not say how it was timed, or names a problem field the judge does not know; GPU
+    facts dropped or raised so the time floor fell below times scaled down (a ms/µs mix-up);
+    torch-flash, the primary metric's denominator, timed far from its baseline's with every
+    row moved alike; a failed row's host time of another type."""
+    if "reference" in good and not good["reference"].get("commit"):
+        good["reference"]["commit"] = "75413b1" + "0" * 33
+    mutate(good)
+    assert _gate(_write(tmp_path / "r.json", good)) == 4
+    err = capsys.readouterr().err
+    assert "r.json" in err and "Traceback" not in err
+
+
+def test_a_reference_expected_but_not_loaded_is_refused(good: dict[str, Any],
+                                                         tmp_path: Path) -> None:
+    """With --expect-reference-commit the job meant to pair: a reference that did not load
+    leaves the baseline alone to judge, whose denominator the run itself times."""
+    good["reference"] = {"src": "/tmp/base/src", "error": "ImportError: x"}
+    for rec in list(good["records"]):
+        if rec["name"].startswith("reference:"):
+            good["records"].remove(rec)
+    path = _write(tmp_path / "r.json", good)
+    assert _gate(path) == 0  # no reference expected: the baseline judges (warned)
+    assert _gate(path, "--expect-reference-commit", "75413b1") == 4
+
+
+@pytest.mark.parametrize("option", ["--summary", "--verdict-json", "$GITHUB_STEP_SUMMARY"])
+def test_the_gate_never_writes_its_input(good: dict[str, Any], tmp_path: Path, option: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _write(tmp_path / "r.json", good)
+    before = path.read_bytes()
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    if option.startswith("$"):
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "." / "r.json"))
+        assert _gate(path) == 4
+    else:
+        assert _gate(path, option, str(path)) == 4
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("mutate", [
+    pytest.param(lambda b: b["env"].update(git_commit=12345), id="commit-int"),
+    pytest.param(lambda b: b["history"][0].update(git_commit=1), id="history-commit-int"),
+    pytest.param(lambda b: b["records"]["flashrepro"].update(
+        round_ratios=b["records"]["flashrepro"]["round_ratios"][:6]), id="ratios-6-of-100"),
+])
+def test_baselines_that_raised_are_refused(good: dict[str, Any], tmp_path: Path, mutate,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    bdir = _baseline_copy(tmp_path, mutate)
+    assert _gate(_write(tmp_path / "r.json", good), baseline_dir=bdir) == 4
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_without_a_baseline_a_hopper_run_needs_its_mma_sync_rows(good: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
+    """A GPU without a committed baseline, judged by its twins alone: dropping the mma.sync
+    child's rows (or only p-in-registers) fails, as dropping any other row does."""
+    good["env"]["gpu"].update(name="NVIDIA H200 NVL", key="nvidia-h200-nvl")
+    assert _gate(_write(tmp_path / "ok.json", good)) == 0
+    for drop in (" (mma.sync)", "flashrepro-p-in-registers"):
+        data = copy.deepcopy(good)
+        data["records"] = [r for r in data["records"] if drop not in r["name"]]
+        assert _gate(_write(tmp_path / "r.json", data)) == 5, drop
+
+
 # -- reproduce --gate for real on the CPU, with the GPU timer stood in for ------------------------
 
 class FakeTimer:
@@ -470,8 +574,8 @@ def reference_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture
 def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeTimer:
     """A CUDA GPU as ``reproduce`` sees it, on the CPU: a small article problem (for the run
-    and the judge), inputs on the CPU, no synchronisation, an H200's environment, the sm_80
-    path (no mma.sync child), no FA4, and :class:`FakeTimer` for the timer."""
+    and the judge), inputs on the CPU, no synchronisation, an A100's environment and its
+    sm_80 path (no mma.sync child), no FA4, and :class:`FakeTimer` for the timer."""
     if not interpreter_mode():
         pytest.skip("runs the kernels under Triton's interpreter")
     toml = tmp_path / "article.toml"
@@ -484,7 +588,7 @@ def fake_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeTimer:
     monkeypatch.setattr(torch.cuda, "synchronize", lambda *args, **kwargs: None)
     monkeypatch.setattr(torch.cuda, "get_device_properties",
                         lambda *args: SimpleNamespace(multi_processor_count=132))
-    monkeypatch.setattr(env, "capture", lambda: synthetic_env())
+    monkeypatch.setattr(env, "capture", lambda: synthetic_env("nvidia-a100", capability="8.0"))
     monkeypatch.setattr(env, "nvml_clocks", lambda *args: {})
     monkeypatch.setattr(bench_reproduce, "busy_wait_us", lambda: 1000.0)
     monkeypatch.setattr(bench_reproduce, "launch_arch", lambda *args: 80)

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 
 from flashrepro_harness.gate import ExitCode, check, update_baseline
+from flashrepro_harness.gate.check import MMA_SYNC_ROWS, required_rows
 from flashrepro_harness.gate.simulate import results_from_rounds, synthetic_env
 from flashrepro_harness.gate.stats import compare_paired
-from flashrepro_harness.results import REFERENCE_PREFIX
+from flashrepro_harness.results import REFERENCE_PREFIX, split_name
 
 ROUNDS = 100
 
@@ -75,15 +76,15 @@ def test_a_three_percent_code_slowdown_fails_even_with_a_fast_baseline(baseline_
 
 
 def _every_row(rng: np.random.Generator, *, slowdown: float = 0.0) -> dict[str, list[float]]:
-    """:func:`_rounds` for each of the rows every reproduce run has (gate.check.REQUIRED_ROWS),
-    each suffix with its own torch-flash."""
+    """:func:`_rounds` for each of the rows every reproduce run on an H200 has
+    (gate.check.required_rows), each suffix with its own torch-flash."""
     out: dict[str, list[float]] = {}
-    for suffix in ("", " (non-causal)"):
-        for name in ("flashrepro", "flashrepro-article-config", "article-kernel"):
-            rows = _rounds(rng, slowdown=slowdown)
-            out[f"torch-flash{suffix}"] = rows["torch-flash"]
-            out[f"{name}{suffix}"] = rows["flashrepro"]
-            out[f"{REFERENCE_PREFIX}{name}{suffix}"] = rows[REFERENCE_PREFIX + "flashrepro"]
+    for row in required_rows({"causal": True}, {"capability": "9.0"}):
+        suffix = split_name(row)[1]
+        rows = _rounds(rng, slowdown=slowdown)
+        out[f"torch-flash{suffix}"] = rows["torch-flash"]
+        out[row] = rows["flashrepro"]
+        out[f"{REFERENCE_PREFIX}{row}"] = rows[REFERENCE_PREFIX + "flashrepro"]
     return out
 
 
@@ -103,7 +104,8 @@ def test_paired_runs_are_judged_without_a_committed_baseline(tmp_path: Path) -> 
     assert dropped.exit_code == ExitCode.KERNEL_FAILURE
     assert {f["record"] for f in dropped.failures} == {
         "flashrepro-article-config", "article-kernel", "flashrepro (non-causal)",
-        "flashrepro-article-config (non-causal)", "article-kernel (non-causal)"}
+        "flashrepro-article-config (non-causal)", "article-kernel (non-causal)",
+        *MMA_SYNC_ROWS}
     with pytest.raises(BaselineError, match="no such folder"):
         check(_results(_rounds(rng)), tmp_path / "none")
 

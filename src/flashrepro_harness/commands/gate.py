@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -28,8 +29,8 @@ if TYPE_CHECKING:
 MAX_THRESHOLD = 0.10
 """As :data:`flashrepro_harness.gate.stats.MAX_THRESHOLD` (kept here so ``--help`` does not
 import the statistics; tests/test_gate.py checks they agree)."""
-MAX_CONFIDENCE = 0.99
-"""As :data:`flashrepro_harness.gate.stats.MAX_CONFIDENCE`."""
+MIN_CONFIDENCE, MAX_CONFIDENCE = 0.95, 0.99
+"""As :data:`flashrepro_harness.gate.stats.MIN_CONFIDENCE` and ``MAX_CONFIDENCE``."""
 
 
 def _fraction(name: str, low: float, high: float, closed_low: bool, closed_high: bool = False):
@@ -79,8 +80,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         default=None, help="warn when absolute µs are slower by more than this "
                                            "(default: the baseline's, else 0.10)")
     parser.add_argument("--confidence",
-                        type=_fraction("--confidence", 0.5, MAX_CONFIDENCE, False, True),
-                        default=None, help="two-sided bootstrap confidence (default 0.95)")
+                        type=_fraction("--confidence", MIN_CONFIDENCE, MAX_CONFIDENCE, True,
+                                       True),
+                        default=None, help="two-sided bootstrap confidence, in "
+                                           f"[{MIN_CONFIDENCE:g}, {MAX_CONFIDENCE:g}] "
+                                           "(default: the baseline's, else 0.95)")
     parser.add_argument("--allow-env-mismatch", action="store_true",
                         help="compare even when driver/CUDA/torch/triton/image differ (warns)")
     parser.add_argument("--expect-commit", type=_commit, default=None, metavar="SHA",
@@ -116,6 +120,18 @@ def publish(verdict: Verdict, summary: Path | None = None) -> None:
     write_summary(verdict.markdown, summary)
 
 
+def _output_over_input(args: argparse.Namespace, inputs: list[Path]) -> str | None:
+    """The first output (``--summary``, ``--verdict-json``, ``$GITHUB_STEP_SUMMARY``) that is
+    one of ``inputs``, named as its option; None when none is."""
+    read = {p.resolve() for p in inputs}
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    for name, path in (("--summary", args.summary), ("--verdict-json", args.verdict_json),
+                       ("$GITHUB_STEP_SUMMARY", Path(summary) if summary else None)):
+        if path is not None and path.resolve() in read:
+            return f"{name} {path}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from flashrepro_harness.gate.check import check, update_baseline
     from flashrepro_harness.gate.inputs import read_json
@@ -125,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
     if len(paths) > 1 and not args.update_baseline:
         print("gate: several --results files are pooled only with --update-baseline; judge one "
               "run at a time", file=sys.stderr)
+        return ExitCode.BAD_INPUT
+    clash = _output_over_input(args, paths)
+    if clash:
+        print(f"gate: {clash} is also a --results file: the gate never writes its input "
+              "(give the verdict another file)", file=sys.stderr)
         return ExitCode.BAD_INPUT
     names = " ".join(str(p) for p in paths)
     kwargs = {"threshold": args.threshold, "abs_threshold": args.abs_threshold,

@@ -35,6 +35,7 @@ from flashrepro_harness.gate.stats import (
     DEFAULT_THRESHOLD,
     MAX_CONFIDENCE,
     MAX_THRESHOLD,
+    MIN_CONFIDENCE,
     RESAMPLES_RANGE,
     Comparison,
     compare,
@@ -44,6 +45,7 @@ from flashrepro_harness.gate.stats import (
 from flashrepro_harness.paths import ARTICLE_TOML
 from flashrepro_harness.problem import load_article
 from flashrepro_harness.results import (
+    MMA_SYNC,
     NON_CAUSAL,
     REFERENCE_PREFIX,
     is_product,
@@ -56,6 +58,11 @@ __all__ = ["ExitCode", "Settings", "Verdict", "check", "check_provenance", "kern
 
 FEW_ROUNDS = 20
 """Below this many rounds the gate warns that only large slowdowns can be caught."""
+MAX_DENOMINATOR_DRIFT = 2.0
+"""The most torch-flash's median µs may move from its baseline's, either way, before the run is
+refused: the primary metric divides by it, so a run whose torch-flash is timed wrongly (a timer
+that caught the busy-wait, a throttled GPU) would move every ratio with it. A new torch, driver
+or clock moves it by far less."""
 REQUIRED_ROWS = tuple(f"{name}{suffix}" for suffix in ("", NON_CAUSAL)
                       for name in ("flashrepro", "flashrepro-article-config", "article-kernel"))
 """The flashrepro rows every ``reproduce`` run of a causal problem times on any GPU (the
@@ -63,12 +70,22 @@ REQUIRED_ROWS = tuple(f"{name}{suffix}" for suffix in ("", NON_CAUSAL)
 (which would name its rows) must have them."""
 
 
-def required_rows(problem: dict[str, Any]) -> tuple[str, ...]:
-    """:data:`REQUIRED_ROWS` of a results' problem: the non-causal twins exist only for a
-    causal one (``bench.reproduce``)."""
-    if problem.get("causal"):
-        return REQUIRED_ROWS
-    return tuple(n for n in REQUIRED_ROWS if not n.endswith(NON_CAUSAL))
+MMA_SYNC_ROWS = tuple(f"{name}{MMA_SYNC}" for name in (
+    "flashrepro", "flashrepro-article-config", "article-kernel", "flashrepro-p-in-registers"))
+"""The rows of reproduce's ``DISABLE_MMA_V3=1`` child, timed on every Hopper GPU (compute
+capability 9.x: ``flashrepro.configs.MMA_V3_ARCHS``)."""
+
+
+def required_rows(problem: dict[str, Any], gpu: dict[str, Any] | None = None
+                  ) -> tuple[str, ...]:
+    """The flashrepro rows every reproduce run of ``problem`` on ``gpu`` (a results'
+    ``env.gpu``) times: :data:`REQUIRED_ROWS` (the non-causal twins only for a causal
+    problem), and on a Hopper GPU :data:`MMA_SYNC_ROWS` (``bench.reproduce``)."""
+    rows = REQUIRED_ROWS if problem.get("causal") else tuple(
+        n for n in REQUIRED_ROWS if not n.endswith(NON_CAUSAL))
+    if str((gpu or {}).get("capability", "")).startswith("9."):
+        rows += MMA_SYNC_ROWS
+    return rows
 
 
 @dataclass(frozen=True)
@@ -182,8 +199,9 @@ SETTING_RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "threshold": (lambda v: is_number(v) and 0 <= v <= MAX_THRESHOLD,
                   f"a number in [0, {MAX_THRESHOLD:g}] (gate.stats.MAX_THRESHOLD)"),
     "abs_threshold": (lambda v: is_number(v) and 0 <= v < 1, "a number in [0, 1)"),
-    "confidence": (lambda v: is_number(v) and 0.5 < v <= MAX_CONFIDENCE,
-                   f"a number in (0.5, {MAX_CONFIDENCE:g}] (gate.stats.MAX_CONFIDENCE)"),
+    "confidence": (lambda v: is_number(v) and MIN_CONFIDENCE <= v <= MAX_CONFIDENCE,
+                   f"a number in [{MIN_CONFIDENCE:g}, {MAX_CONFIDENCE:g}] "
+                   "(gate.stats.MIN_CONFIDENCE, MAX_CONFIDENCE)"),
     "n_resamples": (lambda v: isinstance(v, int) and not isinstance(v, bool)
                     and RESAMPLES_RANGE[0] <= v <= RESAMPLES_RANGE[1],
                     f"an int in [{RESAMPLES_RANGE[0]}, {RESAMPLES_RANGE[1]}]"),
@@ -238,13 +256,60 @@ def _check_problem(results: dict[str, Any], label: str) -> None:
                               f"{', '.join(diff)}; only that problem is judged")
 
 
+def _check_method(results: dict[str, Any], label: str) -> None:
+    """Refuse results that do not say how they were timed: ``method`` with
+    :data:`~flashrepro_harness.gate.baseline.METHOD_FIELDS` (the timer and the L2 flush as
+    non-empty strings, the calls per round an int >= 1, the busy-wait's cycles an int >= 0),
+    which the baseline's are compared with (a paired run without a baseline is judged only
+    if it states them).
+
+    Raises:
+        ResultsError: a field missing or of another type (exit 4).
+    """
+    method = results.get("method") or {}
+    rules = {"timer": (str, 1), "l2": (str, 1), "calls_per_round": (int, 1),
+             "busy_wait_cycles": (int, 0)}
+    for name in bl.METHOD_FIELDS:
+        kind, least = rules[name]
+        value = method.get(name)
+        ok = (len(value) >= least if isinstance(value, str) and kind is str else
+              isinstance(value, int) and not isinstance(value, bool) and kind is int
+              and least <= value <= 2**53)
+        if not ok:
+            what = "a non-empty string" if kind is str else f"an int >= {least}"
+            raise ResultsError(f"{label}: 'method.{name}' must be {what}, got {value!r}: "
+                               "results that do not say how they were timed are not judged")
+
+
+def _check_denominator(results: dict[str, Any], base: dict[str, Any], label: str,
+                       path: Path) -> None:
+    """Refuse a run whose torch-flash median µs is more than :data:`MAX_DENOMINATOR_DRIFT`
+    times off its baseline's, either way.
+
+    Raises:
+        ResultsError: with both medians (exit 4).
+    """
+    stored = base["records"].get(bl.REFERENCE_RECORD)
+    current = bl.timed(results).get(bl.REFERENCE_RECORD)
+    if stored is None or current is None:
+        return
+    now, then = float(np.median(current)), float(np.median(stored["round_medians_us"]))
+    if not then / MAX_DENOMINATOR_DRIFT <= now <= then * MAX_DENOMINATOR_DRIFT:
+        raise ResultsError(f"{label}: {bl.REFERENCE_RECORD} took {now:.4g} µs, its baseline "
+                           f"{then:.4g} µs ({path}): more than {MAX_DENOMINATOR_DRIFT:g}x off "
+                           "on the same GPU, the primary metric's denominator was not timed "
+                           "as the baseline's was (gate.check.MAX_DENOMINATOR_DRIFT)")
+
+
 def check_provenance(results: dict[str, Any], label: str, commit: str | None,
                      reference_commit: str | None) -> None:
     """Refuse results that do not come from the commits the job measured: ``env.git_commit``
     against ``commit`` and the paired reference's commit against ``reference_commit`` (None:
-    not checked; a reference that did not load pairs nothing, and the baseline judges every
-    row, as :func:`check` warns). A stale or copied results file (an earlier run's, the
-    committed one) is never judged as this run's.
+    not checked). A stale or copied results file (an earlier run's, the committed one) is never
+    judged as this run's. Also refused: a run paired with its own commit (its twins cannot
+    differ), and with ``reference_commit``, a reference that did not load (without a
+    ``reference_commit``, nothing is paired and the baseline judges every row, as
+    :func:`check` warns).
 
     Raises:
         ResultsError: a commit missing or another (exit 4).
@@ -255,10 +320,18 @@ def check_provenance(results: dict[str, Any], label: str, commit: str | None,
             raise ResultsError(f"{label}: the results come from commit {got!r}, the job "
                                f"measured {commit}: a stale or copied results file is not "
                                "judged (--expect-commit)")
+    ref = results.get("reference") or {}
+    own = results["env"].get("git_commit")
+    if bl.paired_run(results) and isinstance(own, str) and same_commit(ref.get("commit"), own):
+        raise ResultsError(f"{label}: the paired reference is the measured commit itself "
+                           f"({own}): twins of one commit cannot show a change; pair with the "
+                           "base commit (reproduce --reference-src), or judge by the baseline")
     if reference_commit is not None:
-        ref = results.get("reference") or {}
-        if ref.get("error"):  # it did not load: nothing is paired, the baseline judges (warned)
-            return
+        if ref.get("error"):
+            raise ResultsError(f"{label}: the job paired with reference commit "
+                               f"{reference_commit}, but the reference did not load "
+                               f"({ref['error']}): a run the job meant to pair is not judged "
+                               "without its pairs (--expect-reference-commit)")
         got = ref.get("commit")
         if not same_commit(got, reference_commit):
             raise ResultsError(f"{label}: the results' paired reference is commit {got!r}, "
@@ -310,10 +383,12 @@ def kernel_failures(results: dict[str, Any], baseline: dict[str, Any] | None = N
                         "the run", "detail": f"missing; the baseline {baseline_path} has it"})
     if baseline is None and baseline_path is not None and bl.paired_run(results):
         out += [{"record": name, "rule": "a run judged by its reference twins alone must have "
-                 "every row each reproduce run has (gate.check.REQUIRED_ROWS)",
+                 "every row each reproduce run of its problem on its GPU has "
+                 "(gate.check.required_rows)",
                  "detail": f"missing; no baseline names the rows ({baseline_path} does not "
                            "exist)"}
-                for name in required_rows(results["problem"]) if name not in names]
+                for name in required_rows(results["problem"], results["env"].get("gpu"))
+                if name not in names]
     return out
 
 
@@ -414,7 +489,7 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
         results: ``reproduce.json``'s content (:func:`~flashrepro_harness.gate.inputs.
             check_results`).
         baseline_dir: root of the baselines (``reproduce/baselines``); must be a folder.
-        threshold, abs_threshold, confidence: in [0, 0.1], [0, 1), (0.5, 0.99]; None: the
+        threshold, abs_threshold, confidence: in [0, 0.1], [0, 1), [0.95, 0.99]; None: the
             baseline's stored value, else the default.
         allow_env_mismatch: compare even when the environment differs (with ``env_note``).
         results_path: the results file's name in messages.
@@ -438,6 +513,7 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
     check_results(results, label)
     check_provenance(results, label, expect_commit, expect_reference_commit)
     _check_problem(results, label)
+    _check_method(results, label)
     check_floor(results, label)
     baseline_dir = Path(baseline_dir)
     if not baseline_dir.is_dir():
@@ -446,7 +522,7 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
                             "committed reproduce/baselines, or make one with --update-baseline")
     given = {"threshold": threshold, "abs_threshold": abs_threshold, "confidence": confidence}
     return _judge(results, baseline_dir, given, label, allow_env_mismatch=allow_env_mismatch,
-                  results_path=results_path, env_note=env_note)
+                  results_path=results_path, env_note=env_note, denominator=True)
 
 
 def _named(label: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -459,11 +535,16 @@ def _named(label: str, fn: Callable[..., Any], *args: Any) -> Any:
 
 def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float | None],
            label: str, *, allow_env_mismatch: bool, results_path: str | None, env_note: str,
-           failures: list[dict[str, str]] | None = None) -> Verdict:
+           failures: list[dict[str, str]] | None = None, denominator: bool = False
+           ) -> Verdict:
     """:func:`check` after its input checks; ``failures``: a baseline update's (without the
-    missing-row rule), else :func:`kernel_failures` here."""
+    missing-row rule), else :func:`kernel_failures` here; ``denominator``: refuse a
+    torch-flash far from the baseline's (:func:`_check_denominator`; a judged run, not a new
+    baseline)."""
     path = _named(label, bl.baseline_path, baseline_dir, results)
     base = bl.load(path)
+    if base is not None and denominator:
+        _check_denominator(results, base, label, path)
     st, notes = _settings(base.get("gate") if base else None, given, f"baseline {path}")
     verdict = Verdict(status="no-baseline", exit_code=ExitCode.NO_BASELINE, baseline_path=path,
                       gpu_key=bl.fingerprint(results["env"])["gpu_key"],

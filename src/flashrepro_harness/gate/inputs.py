@@ -74,6 +74,11 @@ def check_samples(values: Any, what: str, refuse: Any) -> None:
 
 
 def _check_problem(problem: dict[str, Any], refuse: Any) -> None:
+    unknown = sorted(map(str, set(problem) - set(PROBLEM_TYPES)))
+    if unknown:
+        refuse(f"'problem' has fields the gate does not know: {unknown} (it judges a problem "
+               f"of exactly {list(PROBLEM_TYPES)}; an unknown field could change what was "
+               "timed unseen)")
     for field, kind in PROBLEM_TYPES.items():
         value = problem.get(field)
         if not isinstance(value, kind) or (kind is int and (isinstance(value, bool)
@@ -82,15 +87,22 @@ def _check_problem(problem: dict[str, Any], refuse: Any) -> None:
             refuse(f"'problem.{field}' must be {rule}, got {value!r}")
 
 
+def _check_strings(obj: dict[str, Any], fields: tuple[str, ...], where: str,
+                   refuse: Any) -> None:
+    for field in fields:
+        if obj.get(field) is not None and not isinstance(obj[field], str):
+            refuse(f"'{where}.{field}' must be a string or null, got {_kind(obj[field])}")
+
+
 def check_results(data: Any, label: str) -> dict[str, Any]:
     """``data`` (a parsed results file) if it follows the rules, else a refusal.
 
     The rules: an object of schema ``flashrepro.results/1`` and kind ``reproduce``, with the
     completion marker (``"complete": true``), ``env`` and ``problem`` objects (the problem's
-    fields typed), and ``records``: objects with unique non-empty names, each either
-    ``skipped`` or ``failed`` (a reason) or timed: 1 to :data:`MAX_ROUNDS` round medians, each a
-    finite number > 0, a numeric ``max_abs_err`` >= 0 (NaN allowed: a failed output check,
-    judged later) and, where present, finite ``host_us`` and ``eager_us`` >= 0; a ``reference``
+    fields, and no other, typed), and ``records``: objects with unique non-empty names, where
+    present finite ``host_us`` and ``eager_us`` >= 0, each either ``skipped`` or ``failed`` (a
+    reason) or timed: 1 to :data:`MAX_ROUNDS` round medians, each a finite number > 0, a
+    numeric ``max_abs_err`` >= 0 (NaN allowed: a failed output check, judged later); a ``reference``
     whose ``src`` and ``commit`` are strings or null. Numbers are floats or ints of magnitude at
     most :data:`~flashrepro_harness.gate.numbers.MAX_INT`. (Its times' floor is
     :func:`~flashrepro_harness.gate.plausible.check_floor`, once the problem is the judge's.)
@@ -138,6 +150,11 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
             refuse(f"record {name!r} twice (records[{seen[name]}] and records[{i}]): names must "
                    "be unique, or one would silently replace the other")
         seen[name] = i
+        for field in ("host_us", "eager_us"):
+            if field in rec and not (is_number(rec[field]) and math.isfinite(rec[field])
+                                     and rec[field] >= 0):
+                refuse(f"record {name!r} '{field}' must be a finite number >= 0 (µs), got "
+                       f"{rec[field]!r}")
         states = [k for k in ("skipped", "failed") if k in rec]
         if states:
             if not all(isinstance(rec[k], str) and rec[k] for k in states) or \
@@ -154,11 +171,6 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
         if err < 0:
             refuse(f"timed record {name!r} has 'max_abs_err' {err!r}: a maximum of absolute "
                    "differences is >= 0 (or NaN, a failed check)")
-        for field in ("host_us", "eager_us"):
-            if field in rec and not (is_number(rec[field]) and math.isfinite(rec[field])
-                                     and rec[field] >= 0):
-                refuse(f"record {name!r} '{field}' must be a finite number >= 0 (µs), got "
-                       f"{rec[field]!r}")
     if not seen:
         refuse("'records' is empty")
     return data
@@ -167,12 +179,13 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
 def check_baseline(data: Any, path: Path) -> dict[str, Any]:
     """``data`` (a parsed baseline file) if it follows the rules, else a refusal.
 
-    The rules: an object of schema ``flashrepro.baseline/1`` with ``env``, ``problem`` (fields
-    typed) and ``method`` objects, optional ``gate`` settings (an object; their ranges are
-    checked where they are used), ``records`` mapping names to objects whose
-    ``round_medians_us`` (and ``round_ratios``: required of a flashrepro row) hold 1 to
-    :data:`MAX_ROUNDS` finite numbers > 0, a ``history`` list of objects whose
-    ``median_ratio`` maps names to numbers, and an optional ``host_cost`` object of
+    The rules: an object of schema ``flashrepro.baseline/1`` with ``env`` (its ``git_commit``
+    and ``date`` strings or null), ``problem`` (its fields, and no other, typed) and ``method``
+    objects, optional ``gate`` settings (an object; their ranges are checked where they are
+    used), ``records`` mapping names to objects whose ``round_medians_us`` (and
+    ``round_ratios``, as many: required of a flashrepro row) hold 1 to :data:`MAX_ROUNDS`
+    finite numbers > 0, a ``history`` list of objects whose ``median_ratio`` maps names to
+    numbers (``git_commit`` and ``date`` as env's), and an optional ``host_cost`` object of
     per-record numbers (or null).
 
     Raises:
@@ -200,11 +213,16 @@ def check_baseline(data: Any, path: Path) -> dict[str, Any]:
                       refuse)
         if "round_ratios" in rec or is_product(name):  # a judged row's primary metric
             check_samples(rec.get("round_ratios"), f"records[{name!r}].round_ratios", refuse)
+            if len(rec["round_ratios"]) != len(rec["round_medians_us"]):
+                refuse(f"records[{name!r}] has {len(rec['round_ratios'])} round_ratios and "
+                       f"{len(rec['round_medians_us'])} round_medians_us: one of each per round")
+    _check_strings(data["env"], ("git_commit", "date"), "env", refuse)
     for i, entry in enumerate(data.get("history", [])):
         ratios = entry.get("median_ratio", {}) if isinstance(entry, dict) else None
         if not isinstance(ratios, dict) or not all(is_number(v) for v in ratios.values()):
             refuse(f"history[{i}] must be an object whose 'median_ratio' maps records to "
                    "numbers")
+        _check_strings(entry, ("git_commit", "date"), f"history[{i}]", refuse)
     for name, cost in data.get("host_cost", {}).items():
         if not isinstance(cost, dict) or not all(v is None or is_number(v)
                                                  for v in cost.values()):

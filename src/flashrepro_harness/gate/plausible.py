@@ -27,7 +27,7 @@ UNKNOWN_FLOPS_PER_CLOCK_PER_SM = 16384
 """For a capability not in the table: twice the largest entry."""
 CLOCK_CEILING_MHZ = 3500
 """The SM clock assumed where the results do not record the GPU's maximum, or record one below
-:data:`MIN_CLOCK_MHZ` (no GPU ships one this fast)."""
+:data:`MIN_CLOCK_MHZ` or above this (no GPU ships one this fast)."""
 MIN_CLOCK_MHZ = 500
 """A recorded maximum SM clock below this is no GPU's (the lowest, a Jetson's, is about 600
 MHz): the stand-in is used instead."""
@@ -45,7 +45,7 @@ def peak_flops(gpu: dict[str, Any] | None) -> float:
         return CEILING_FLOPS
     assert gpu is not None
     clock = gpu.get("max_sm_clock_mhz")
-    if not (is_number(clock) and MIN_CLOCK_MHZ <= clock <= MAX_INT):  # NaN fails too
+    if not (is_number(clock) and MIN_CLOCK_MHZ <= clock <= CLOCK_CEILING_MHZ):  # NaN too
         clock = CLOCK_CEILING_MHZ
     per_sm = DENSE_FLOPS_PER_CLOCK_PER_SM.get(str(gpu.get("capability")),
                                               UNKNOWN_FLOPS_PER_CLOCK_PER_SM)
@@ -84,10 +84,28 @@ def check_floor(data: dict[str, Any], label: str) -> None:
     :func:`floor_us` of its problem: ``(non-causal)`` records without the mask, the others
     with the problem's.
 
+    The GPU's facts the floor rests on must be there: ``env.gpu.capability`` one of
+    :data:`DENSE_FLOPS_PER_CLOCK_PER_SM` and ``env.gpu.sm_count`` an int >= 1 (a results file
+    that dropped or renamed them would otherwise get the generous stand-ins, a floor a
+    fraction of the true one).
+
     Raises:
-        ResultsError: the first such record, with ``label`` (the file) in the message.
+        ResultsError: a fact missing or unknown, or the first such record, with ``label``
+            (the file) in the message.
     """
     problem, gpu = data["problem"], data["env"].get("gpu")
+    if not gpu:
+        raise ResultsError(f"{label}: 'env.gpu' is null: the run saw no GPU, and the gate "
+                           "compares GPU timings")
+    capability, sms = gpu.get("capability"), gpu.get("sm_count")
+    if not isinstance(capability, str) or capability not in DENSE_FLOPS_PER_CLOCK_PER_SM:
+        raise ResultsError(f"{label}: 'env.gpu.capability' is {capability!r}, not one the "
+                           f"gate knows the peak rate of ({sorted(DENSE_FLOPS_PER_CLOCK_PER_SM)}"
+                           "; a new GPU's goes in gate.plausible.DENSE_FLOPS_PER_CLOCK_PER_SM): "
+                           "the time floor needs it")
+    if not (isinstance(sms, int) and not isinstance(sms, bool) and 1 <= sms <= MAX_INT):
+        raise ResultsError(f"{label}: 'env.gpu.sm_count' is {sms!r}, not an int >= 1: the "
+                           "time floor needs it")
     floors = {causal: floor_us(problem, causal, gpu) for causal in (False, True)}
     for rec in data["records"]:
         rounds = rec.get("round_medians_us")

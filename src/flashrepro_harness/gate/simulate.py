@@ -46,7 +46,8 @@ class Noise:
 
 def synthetic_env(gpu_key: str = "nvidia-h200", **software: Any) -> dict[str, Any]:
     """An ``env`` block like :func:`flashrepro_harness.env.capture`'s on an H200; ``software``
-    overrides top-level fields (``torch=...``) or, for ``driver``, the GPU's."""
+    overrides top-level fields (``torch=...``) or, for ``driver``, ``sm_count`` and
+    ``capability``, the GPU's."""
     env: dict[str, Any] = {
         "date": "2026-11-29T00:00:00+00:00", "git_commit": "0" * 40, "python": "3.12.3",
         "torch": "2.11.0+cu130", "triton": "3.6.0", "cuda": "13.0", "cudnn": 91300,
@@ -57,7 +58,7 @@ def synthetic_env(gpu_key: str = "nvidia-h200", **software: Any) -> dict[str, An
                 "memory_gib": 139.8, "driver": "580.159.03"},
     }
     for key, value in software.items():
-        if key in ("driver", "sm_count"):
+        if key in ("driver", "sm_count", "capability"):
             env["gpu"][key] = value
         else:
             env[key] = value
@@ -88,7 +89,7 @@ def results_from_rounds(rounds_us: dict[str, list[float]], env: dict[str, Any],
             "problem": problem.as_dict(),
             "method": {"timer": "cuda-events", "l2": "flushed before each call",
                        "statistic": "median of per-round medians", "rounds": len(ref),
-                       "calls_per_round": calls_per_round},
+                       "calls_per_round": calls_per_round, "busy_wait_cycles": 2_000_000},
             "records": records}
 
 

@@ -40,6 +40,10 @@ largest offset of unchanged code measured on the H200 (docs/gate.md); a looser o
 slowdowns of the size the lab reports as real."""
 MAX_CONFIDENCE = 0.99
 """The highest confidence accepted: a higher one costs power as a looser threshold would."""
+MIN_CONFIDENCE = DEFAULT_CONFIDENCE
+"""The lowest confidence accepted, from a baseline or the command line: a lower one passes
+more (its interval is narrower, so fewer comparisons are inconclusive, and fewer rounds
+suffice), as a looser threshold would."""
 MAX_ROUNDS = 10_000
 """Most samples per record the gate reads; the bootstrap holds resamples x samples float64
 (160 MB at 2000 x 10,000), so more is refused before anything is allocated."""
@@ -97,8 +101,11 @@ class Comparison:
 
     @property
     def inconclusive(self) -> bool:
-        """Not flagged, but the interval reaches above the threshold: too noisy to clear."""
-        return not self.slower and self.ci_high > self.threshold
+        """Not flagged, but not cleared either: the interval reaches above the threshold (too
+        noisy), or the rank test rejects "at most ``threshold`` slower" while the median's
+        interval does not (some rounds much slower, most unchanged: a bimodal slowdown)."""
+        return not self.slower and (self.ci_high > self.threshold
+                                    or self.p_value < (1.0 - self.confidence) / 2)
 
     def as_dict(self) -> dict:
         """JSON-ready form, with :attr:`inconclusive`."""
