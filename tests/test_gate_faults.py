@@ -524,6 +524,20 @@ def test_baselines_that_raised_are_refused(good: dict[str, Any], tmp_path: Path,
     assert "Traceback" not in capsys.readouterr().err
 
 
+def test_a_new_baseline_keeps_the_previous_one_s_rows(good: dict[str, Any],
+                                                     tmp_path: Path) -> None:
+    """--update-baseline from a run without the mma.sync child's rows wrote a baseline
+    without them, so later runs lacking them passed: refused (exit 5), the old file kept."""
+    bdir = _baseline_copy(tmp_path, lambda b: None)
+    path = bdir / BASELINE_FILE.relative_to(BASELINES)
+    before = path.read_bytes()
+    good["records"] = [r for r in good["records"] if " (mma.sync)" not in r["name"]]
+    results = _write(tmp_path / "r.json", good)
+    assert cli(["gate", "--update-baseline", "--results", str(results),
+                "--baseline-dir", str(bdir)]) == 5
+    assert path.read_bytes() == before
+
+
 def test_without_a_baseline_a_hopper_run_needs_its_mma_sync_rows(good: dict[str, Any],
                                                                   tmp_path: Path) -> None:
     """A GPU without a committed baseline, judged by its twins alone: dropping the mma.sync

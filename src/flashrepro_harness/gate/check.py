@@ -662,8 +662,9 @@ def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir
 
     Returns:
         A :class:`Verdict` with status ``baseline-updated`` and exit code 0; or, when a run has
-        :func:`kernel_failures` (the rows of the previous baseline are not required), the
-        ``kernel-failure`` verdict (exit 5) and nothing is written.
+        :func:`kernel_failures`, or lacks a flashrepro row of the previous baseline (a
+        baseline without a row would leave it unjudged; to drop one on purpose, delete the
+        file), the ``kernel-failure`` verdict (exit 5) and nothing is written.
 
     Raises:
         As :func:`check` (a missing ``baseline_dir`` aside); also
@@ -686,6 +687,13 @@ def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir
         _refuse_injected(run, name)
         failures += kernel_failures(run)
     pooled = runs[0] if len(runs) == 1 else _named(label, bl.pool, runs)
+    path = _named(label, bl.baseline_path, Path(baseline_dir), pooled)
+    names = {rec["name"] for rec in pooled["records"]}
+    failures += [{"record": name, "rule": "a flashrepro row of the previous baseline must be "
+                  "in a new one (to drop a row on purpose, delete the baseline file first)",
+                  "detail": f"missing; the baseline {path} has it"}
+                 for name in (bl.load(path) or {}).get("records", {})
+                 if is_product(name) and name not in names]
     given = {"threshold": threshold, "abs_threshold": abs_threshold, "confidence": confidence}
     previous_verdict = _judge(pooled, Path(baseline_dir), given, label,
                               allow_env_mismatch=True, results_path=results_path,
