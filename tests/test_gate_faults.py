@@ -445,6 +445,13 @@ def _baseline_copy(tmp_path: Path, mutate) -> Path:
     return bdir
 
 
+def _no_work(data: dict[str, Any]) -> None:
+    """flashrepro and its twin at 0.17 of their times (4.4 µs: below the H200's floor of 8 µs,
+    above the one of twice its FLOPs per clock)."""
+    for name in ("flashrepro", "reference:flashrepro"):
+        _slow(data, name, 0.17)
+
+
 def _everything(data: dict[str, Any], factor: float) -> None:
     for rec in data["records"]:
         if "round_medians_us" in rec:
@@ -464,6 +471,13 @@ def _everything(data: dict[str, Any], factor: float) -> None:
     pytest.param(lambda d: (d["env"]["gpu"].update(max_sm_clock_mhz=10**9),
                             _everything(d, 1e-3)), id="clock-1e9-times-x0.001"),
     pytest.param(lambda d: _everything(d, 2.5), id="torch-flash-2.5x-its-baseline"),
+    pytest.param(lambda d: [_slow(d, r["name"], 3.0) for r in list(d["records"])
+                            if r["name"].endswith(" (mma.sync)")], id="mma.sync-rows-3x"),
+    pytest.param(lambda d: (d["env"]["gpu"].update(sm_count=10**6), _no_work(d)),
+                 id="sm_count-1e6-a-timer-of-no-work"),
+    pytest.param(lambda d: (d["env"]["gpu"].update(capability="10.0"), _no_work(d)),
+                 id="h200-as-capability-10.0-a-timer-of-no-work"),
+    pytest.param(lambda d: d["env"]["gpu"].update(capability="8.0"), id="h200-as-8.0"),
     pytest.param(lambda d: d["records"].append(
         {"name": "fa4-cute (mma.sync)", "failed": "x", "host_us": "abc"}),
         id="failed-row-host_us-str"),
@@ -482,6 +496,35 @@ def test_inputs_that_cannot_be_judged_are_refused(
     assert _gate(_write(tmp_path / "r.json", good)) == 4
     err = capsys.readouterr().err
     assert "r.json" in err and "Traceback" not in err
+
+
+def test_results_of_a_modified_checkout_are_not_the_commit_s(good: dict[str, Any],
+                                                             tmp_path: Path) -> None:
+    good["env"]["git_modified"] = True
+    path = _write(tmp_path / "r.json", good)
+    assert _gate(path) == 0  # judged, as a run by hand
+    assert _gate(path, "--expect-commit", good["env"]["git_commit"]) == 4
+
+
+def test_twins_timed_as_slow_as_their_rows_meet_the_backstop(good: dict[str, Any],
+                                                              tmp_path: Path) -> None:
+    """A row 8 % slower whose twin reads 8 % slower too (a forged or broken reference)
+    passes the pair; the baseline, on its own setup, fails it beyond the threshold plus
+    gate.check.BASELINE_BACKSTOP; 3 % on both stays a warning (a machine's offset)."""
+    for factor, code in ((1.08, 1), (1.03, 0)):
+        data = copy.deepcopy(good)
+        for name in ("flashrepro", "reference:flashrepro"):
+            _slow(data, name, factor)
+        assert _gate(_write(tmp_path / "r.json", data)) == code, factor
+
+
+def test_a_reference_error_without_a_message_still_pairs_nothing(good: dict[str, Any],
+                                                                  tmp_path: Path) -> None:
+    """A bare ImportError() left "error": "" in the results, which read as a loaded
+    reference: every row then lacked its twin (a false refusal)."""
+    good["reference"] = {"src": "/tmp/base/src", "error": ""}
+    good["records"] = [r for r in good["records"] if not r["name"].startswith("reference:")]
+    assert _gate(_write(tmp_path / "r.json", good)) == 0
 
 
 def test_a_reference_expected_but_not_loaded_is_refused(good: dict[str, Any],
@@ -506,9 +549,21 @@ def test_the_gate_never_writes_its_input(good: dict[str, Any], tmp_path: Path, o
     if option.startswith("$"):
         monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "." / "r.json"))
         assert _gate(path) == 4
+        os.link(path, tmp_path / "hard-link.md")  # the same file by another name
+        monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(tmp_path / "hard-link.md"))
+        assert _gate(path) == 4
     else:
         assert _gate(path, option, str(path)) == 4
     assert path.read_bytes() == before
+
+
+def test_the_verdict_never_overwrites_the_baseline(good: dict[str, Any], tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    bdir = _baseline_copy(tmp_path, lambda b: None)
+    path = bdir / BASELINE_FILE.relative_to(BASELINES)
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(path))
+    assert _gate(_write(tmp_path / "r.json", good), baseline_dir=bdir) == 4
+    assert json.loads(path.read_text())["schema"] == "flashrepro.baseline/1"
 
 
 @pytest.mark.parametrize("mutate", [

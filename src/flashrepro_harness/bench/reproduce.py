@@ -275,7 +275,7 @@ def run(args: argparse.Namespace, needs_timings: bool = False) -> Outcome | int:
             return 2
         except ImportError as exc:
             # go on unpaired: a base that does not import here must not stop the head's check
-            reference_error = str(exc)
+            reference_error = str(exc) or type(exc).__name__
             print(f"reproduce: --reference-src: {exc}; timing without a reference",
                   file=sys.stderr)
     if args.child_json is not None:  # the mma.sync child: flashrepro rows + torch flash only

@@ -122,12 +122,18 @@ def publish(verdict: Verdict, summary: Path | None = None) -> None:
 
 def _output_over_input(args: argparse.Namespace, inputs: list[Path]) -> str | None:
     """The first output (``--summary``, ``--verdict-json``, ``$GITHUB_STEP_SUMMARY``) that is
-    one of ``inputs``, named as its option; None when none is."""
-    read = {p.resolve() for p in inputs}
+    one of ``inputs`` (the same path, or the same file through a link), named as its option;
+    None when none is."""
+    def same(a: Path, b: Path) -> bool:
+        try:
+            return os.path.samefile(a, b)
+        except OSError:  # one of them does not exist (yet)
+            return a.resolve() == b.resolve()
+
     summary = os.environ.get("GITHUB_STEP_SUMMARY")
     for name, path in (("--summary", args.summary), ("--verdict-json", args.verdict_json),
                        ("$GITHUB_STEP_SUMMARY", Path(summary) if summary else None)):
-        if path is not None and path.resolve() in read:
+        if path is not None and any(same(path, p) for p in inputs):
             return f"{name} {path}"
     return None
 
@@ -162,6 +168,11 @@ def run(args: argparse.Namespace) -> int:
     except Refused as exc:
         print(f"gate: {exc} (exit {int(exc.exit_code)})", file=sys.stderr)
         return exc.exit_code
+    clash = _output_over_input(args, [verdict.baseline_path])
+    if clash:
+        print(f"gate: {clash} is the baseline file: the verdict goes to another file",
+              file=sys.stderr)
+        return ExitCode.BAD_INPUT
     try:
         publish(verdict, args.summary)
         if args.verdict_json is not None:

@@ -36,7 +36,7 @@ FLASHREPRO_RECORDS = PRODUCT_RECORDS
 REFERENCE_RECORD = "torch-flash"
 """The denominator of the primary metric: torch SDPA's flash backend, timed in the same rounds."""
 SOFTWARE_FIELDS = ("driver", "cuda", "torch", "triton", "image_digest")
-HARDWARE_FIELDS = ("gpu_key", "gpu_name", "sm_count")
+HARDWARE_FIELDS = ("gpu_key", "gpu_name", "sm_count", "capability")
 METHOD_FIELDS = ("timer", "l2", "calls_per_round", "busy_wait_cycles")
 HOOK_FIELD = "injection_hook"
 """A baseline's method field: whether its run had the slowdown test hook (even at 0)."""
@@ -146,7 +146,7 @@ def paired_run(results: dict[str, Any]) -> bool:
     """Whether a results dict was timed beside a reference checkout that loaded
     (``reproduce --reference-src``): its flashrepro rows are judged by their twins."""
     reference = results.get("reference") or {}
-    return bool(reference) and not reference.get("error")
+    return bool(reference) and "error" not in reference
 
 
 def round_samples(results: dict[str, Any]) -> dict[str, dict[str, list[float]]]:

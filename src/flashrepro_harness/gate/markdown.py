@@ -160,7 +160,8 @@ def render(v: Verdict) -> str:
                       comparison_table(v.comparisons + v.secondary)]
         if v.against_baseline:
             lines += ["", "Records judged by the paired reference, against the committed "
-                      "baseline (information, never failing):", "",
+                      "baseline (information; failing only beyond the threshold plus "
+                      "gate.check.BASELINE_BACKSTOP, in the baseline's environment):", "",
                       comparison_table(v.against_baseline)]
         lines += _drift(v)
         lines += ["", f"Rule: {v.settings.rule()}."]

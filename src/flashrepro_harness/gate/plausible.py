@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from flashrepro_harness.gate.numbers import MAX_INT, is_number
+from flashrepro_harness.gate.numbers import is_number
 from flashrepro_harness.gate.refusals import ResultsError
 from flashrepro_harness.results import NON_CAUSAL, REFERENCE_PREFIX
 
@@ -31,6 +31,13 @@ CLOCK_CEILING_MHZ = 3500
 MIN_CLOCK_MHZ = 500
 """A recorded maximum SM clock below this is no GPU's (the lowest, a Jetson's, is about 600
 MHz): the stand-in is used instead."""
+MAX_SM_COUNT = 1024
+"""More SMs than any GPU has (an H100 132, a B200 148): a count past it is refused."""
+FAMILY_CAPABILITY = {"nvidia-a100": "8.0", "nvidia-a800": "8.0", "nvidia-h100": "9.0",
+                     "nvidia-h800": "9.0", "nvidia-h20": "9.0", "nvidia-gh200": "9.0"}
+"""The compute capability of GPUs by the start of their key (``nvidia-h20`` also starts the
+H200's): a results file of such a GPU that states another is refused, as a lower one would
+drop the Hopper-only rows the gate requires and a higher one lower the time floor."""
 CEILING_FLOPS = 1e16
 """The rate assumed where the results do not record the SM count: 10 PFLOP/s dense fp16,
 above any single GPU's."""
@@ -77,7 +84,8 @@ def floor_us(problem: dict[str, Any], causal: bool, gpu: dict[str, Any] | None) 
     return flops / peak_flops(gpu) * 1e6
 
 
-def check_floor(data: dict[str, Any], label: str) -> None:
+def check_floor(data: dict[str, Any], label: str, facts: dict[str, Any] | None = None
+                ) -> None:
     """Refuse a timed record of ``data`` (a results dict that follows
     :func:`~flashrepro_harness.gate.inputs.check_results`' rules, of the judge's own problem:
     another problem is refused as such, exit 6, not for its times) with a round median below
@@ -85,9 +93,10 @@ def check_floor(data: dict[str, Any], label: str) -> None:
     with the problem's.
 
     The GPU's facts the floor rests on must be there: ``env.gpu.capability`` one of
-    :data:`DENSE_FLOPS_PER_CLOCK_PER_SM` and ``env.gpu.sm_count`` an int >= 1 (a results file
-    that dropped or renamed them would otherwise get the generous stand-ins, a floor a
-    fraction of the true one).
+    :data:`DENSE_FLOPS_PER_CLOCK_PER_SM` (and its family's, :data:`FAMILY_CAPABILITY`) and
+    ``env.gpu.sm_count`` an int in [1, :data:`MAX_SM_COUNT`] (a results file that dropped or
+    raised them would otherwise get a floor a fraction of the true one). ``facts``: the
+    capability and SM count to use instead (a baseline's, which the judge trusts).
 
     Raises:
         ResultsError: a fact missing or unknown, or the first such record, with ``label``
@@ -98,14 +107,22 @@ def check_floor(data: dict[str, Any], label: str) -> None:
         raise ResultsError(f"{label}: 'env.gpu' is null: the run saw no GPU, and the gate "
                            "compares GPU timings")
     capability, sms = gpu.get("capability"), gpu.get("sm_count")
+    family = next((c for k, c in FAMILY_CAPABILITY.items()
+                   if str(gpu.get("key", "")).startswith(k)), None)
+    if family is not None and capability != family:
+        raise ResultsError(f"{label}: 'env.gpu.capability' is {capability!r}, but a "
+                           f"{gpu.get('name')!r} is {family} (gate.plausible."
+                           "FAMILY_CAPABILITY)")
     if not isinstance(capability, str) or capability not in DENSE_FLOPS_PER_CLOCK_PER_SM:
         raise ResultsError(f"{label}: 'env.gpu.capability' is {capability!r}, not one the "
                            f"gate knows the peak rate of ({sorted(DENSE_FLOPS_PER_CLOCK_PER_SM)}"
                            "; a new GPU's goes in gate.plausible.DENSE_FLOPS_PER_CLOCK_PER_SM): "
                            "the time floor needs it")
-    if not (isinstance(sms, int) and not isinstance(sms, bool) and 1 <= sms <= MAX_INT):
-        raise ResultsError(f"{label}: 'env.gpu.sm_count' is {sms!r}, not an int >= 1: the "
-                           "time floor needs it")
+    if not (isinstance(sms, int) and not isinstance(sms, bool) and 1 <= sms <= MAX_SM_COUNT):
+        raise ResultsError(f"{label}: 'env.gpu.sm_count' is {sms!r}, not an int in [1, "
+                           f"{MAX_SM_COUNT}]: the time floor needs it")
+    if facts:
+        gpu = {**gpu, "capability": facts.get("capability"), "sm_count": facts.get("sm_count")}
     floors = {causal: floor_us(problem, causal, gpu) for causal in (False, True)}
     for rec in data["records"]:
         rounds = rec.get("round_medians_us")
