@@ -278,16 +278,15 @@ def _check_method(results: dict[str, Any], label: str) -> None:
         ResultsError: a field missing or of another type (exit 4).
     """
     method = results.get("method") or {}
-    rules = {"timer": (str, 1), "l2": (str, 1), "calls_per_round": (int, 1),
-             "busy_wait_cycles": (int, 0)}
+    least_int = {"calls_per_round": 1, "busy_wait_cycles": 0}  # the others: strings
     for name in bl.METHOD_FIELDS:
-        kind, least = rules[name]
         value = method.get(name)
-        ok = (len(value) >= least if isinstance(value, str) and kind is str else
-              isinstance(value, int) and not isinstance(value, bool) and kind is int
-              and least <= value <= 2**53)
+        if name in least_int:
+            ok = isinstance(value, int) and is_number(value) and value >= least_int[name]
+            what = f"an int >= {least_int[name]}"
+        else:
+            ok, what = isinstance(value, str) and value != "", "a non-empty string"
         if not ok:
-            what = "a non-empty string" if kind is str else f"an int >= {least}"
             raise ResultsError(f"{label}: 'method.{name}' must be {what}, got {value!r}: "
                                "results that do not say how they were timed are not judged")
 
@@ -393,10 +392,8 @@ def kernel_failures(results: dict[str, Any], baseline: dict[str, Any] | None = N
             out.append({"record": name.removeprefix(REFERENCE_PREFIX),
                         "rule": "a row the reference has must be in the run",
                         "detail": f"{name!r} was timed, the row itself is missing"})
-    for name in (baseline or {}).get("records", {}):
-        if is_product(name) and name not in names:
-            out.append({"record": name, "rule": "a flashrepro row the baseline has must be in "
-                        "the run", "detail": f"missing; the baseline {baseline_path} has it"})
+    out += _rows_missing(results, baseline, baseline_path,
+                         "a flashrepro row the baseline has must be in the run")
     if baseline is None and baseline_path is not None and bl.paired_run(results):
         out += [{"record": name, "rule": "a run judged by its reference twins alone must have "
                  "every row each reproduce run of its problem on its GPU has "
@@ -406,6 +403,17 @@ def kernel_failures(results: dict[str, Any], baseline: dict[str, Any] | None = N
                 for name in required_rows(results["problem"], results["env"].get("gpu"))
                 if name not in names]
     return out
+
+
+def _rows_missing(results: dict[str, Any], baseline: dict[str, Any] | None,
+                  baseline_path: Path | None, rule: str) -> list[dict[str, str]]:
+    """A :func:`kernel_failures` entry, under ``rule``, for each flashrepro row of
+    ``baseline`` that ``results`` lacks."""
+    names = {rec["name"] for rec in results["records"]}
+    return [{"record": name, "rule": rule,
+             "detail": f"missing; the baseline {baseline_path} has it"}
+            for name in (baseline or {}).get("records", {})
+            if is_product(name) and name not in names]
 
 
 def _check_rounds(results: dict[str, Any], base: dict[str, Any] | None, st: Settings,
@@ -538,7 +546,7 @@ def check(results: dict[str, Any], baseline_dir: Path, *, threshold: float | Non
                             "committed reproduce/baselines, or make one with --update-baseline")
     given = {"threshold": threshold, "abs_threshold": abs_threshold, "confidence": confidence}
     return _judge(results, baseline_dir, given, label, allow_env_mismatch=allow_env_mismatch,
-                  results_path=results_path, env_note=env_note, denominator=True)
+                  results_path=results_path, env_note=env_note, judged=True)
 
 
 def _named(label: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -551,16 +559,14 @@ def _named(label: str, fn: Callable[..., Any], *args: Any) -> Any:
 
 def _judge(results: dict[str, Any], baseline_dir: Path, given: dict[str, float | None],
            label: str, *, allow_env_mismatch: bool, results_path: str | None, env_note: str,
-           failures: list[dict[str, str]] | None = None, denominator: bool = False
-           ) -> Verdict:
+           failures: list[dict[str, str]] | None = None, judged: bool = False) -> Verdict:
     """:func:`check` after its input checks; ``failures``: a baseline update's (without the
-    missing-row rule), else :func:`kernel_failures` here; ``denominator``: refuse a
-    torch-flash far from the baseline's (:func:`_check_denominator`), and times below the
-    floor of the baseline's GPU facts (a judged run, not a new
-    baseline)."""
+    missing-row rule), else :func:`kernel_failures` here; ``judged`` (a run judged, not a
+    new baseline): refuse a torch-flash far from the baseline's (:func:`_check_denominator`)
+    and times below the floor of the baseline's GPU facts."""
     path = _named(label, bl.baseline_path, baseline_dir, results)
     base = bl.load(path)
-    if base is not None and denominator:
+    if base is not None and judged:
         _check_denominator(results, base, label, path)
         check_floor(results, label, base["env"])  # the judge's facts of this GPU
     st, notes = _settings(base.get("gate") if base else None, given, f"baseline {path}")
@@ -719,12 +725,10 @@ def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir
         failures += kernel_failures(run)
     pooled = runs[0] if len(runs) == 1 else _named(label, bl.pool, runs)
     path = _named(label, bl.baseline_path, Path(baseline_dir), pooled)
-    names = {rec["name"] for rec in pooled["records"]}
-    failures += [{"record": name, "rule": "a flashrepro row of the previous baseline must be "
-                  "in a new one (to drop a row on purpose, delete the baseline file first)",
-                  "detail": f"missing; the baseline {path} has it"}
-                 for name in (bl.load(path) or {}).get("records", {})
-                 if is_product(name) and name not in names]
+    previous = bl.load(path)
+    failures += _rows_missing(pooled, previous, path, "a flashrepro row of the previous "
+                              "baseline must be in a new one (to drop a row on purpose, "
+                              "delete the baseline file first)")
     given = {"threshold": threshold, "abs_threshold": abs_threshold, "confidence": confidence}
     previous_verdict = _judge(pooled, Path(baseline_dir), given, label,
                               allow_env_mismatch=True, results_path=results_path,
@@ -732,8 +736,7 @@ def update_baseline(results: dict[str, Any] | list[dict[str, Any]], baseline_dir
                                        "previous one's", failures=failures)
     if previous_verdict.failures:
         return previous_verdict
-    path = previous_verdict.baseline_path
-    new = bl.build(pooled, bl.load(path), previous_verdict.settings.as_dict())
+    new = bl.build(pooled, previous, previous_verdict.settings.as_dict())
     bl.write(path, new)
     previous_verdict.status, previous_verdict.exit_code = "baseline-updated", ExitCode.PASS
     return previous_verdict

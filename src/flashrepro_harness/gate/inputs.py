@@ -130,10 +130,7 @@ def check_results(data: Any, label: str) -> dict[str, Any]:
     for key in ("method", "reference", "injection", "test_hooks"):
         if key in data and not isinstance(data[key], dict):
             refuse(f"'{key}' must be an object, got {_kind(data[key])}")
-    for key in ("src", "commit"):
-        value = data.get("reference", {}).get(key)
-        if value is not None and not isinstance(value, str):
-            refuse(f"'reference.{key}' must be a string or null, got {_kind(value)}")
+    _check_strings(data.get("reference", {}), ("src", "commit"), "reference", refuse)
     if not all(isinstance(i, dict) for i in data.get("injection", {}).values()):
         refuse("'injection' must map records to objects (FLASHREPRO_INJECT_SLOWDOWN's)")
     if data["env"].get("gpu") is not None and not isinstance(data["env"]["gpu"], dict):

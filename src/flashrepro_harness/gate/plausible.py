@@ -118,7 +118,7 @@ def check_floor(data: dict[str, Any], label: str, facts: dict[str, Any] | None =
                            f"gate knows the peak rate of ({sorted(DENSE_FLOPS_PER_CLOCK_PER_SM)}"
                            "; a new GPU's goes in gate.plausible.DENSE_FLOPS_PER_CLOCK_PER_SM): "
                            "the time floor needs it")
-    if not (isinstance(sms, int) and not isinstance(sms, bool) and 1 <= sms <= MAX_SM_COUNT):
+    if not (isinstance(sms, int) and is_number(sms) and 1 <= sms <= MAX_SM_COUNT):
         raise ResultsError(f"{label}: 'env.gpu.sm_count' is {sms!r}, not an int in [1, "
                            f"{MAX_SM_COUNT}]: the time floor needs it")
     if facts:
